@@ -1,0 +1,29 @@
+/* cli: the `tandem` command table and helpers shared by the commands.
+ * Each command lives in engine/cli_<name>.c and returns a process exit code
+ * (0 ok, 1 failure, 2 usage error). Only main() turns that into exit(). */
+#ifndef TDM_CLI_H
+#define TDM_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct tdm_cli_command {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+    const char *help;                  /* one-line summary, then usage */
+} tdm_cli_command;
+
+extern const tdm_cli_command tdm_cli_commands[]; /* NULL-terminated, generated */
+
+/* Path of the demo model shipped with tandem: $TANDEM_MODEL if set, else
+ * models/demo/demo-Q4_K_M.gguf next to the executable's source tree
+ * (resolved from /proc/self/exe), else the same path under the cwd. */
+const char *tdm_cli_default_model(void);
+
+/* Parses "a,b,c" into ids (at most cap). Returns the count, or -1 on bad input. */
+int tdm_cli_parse_ids(const char *s, int32_t *ids, int cap);
+
+/* Parses sizes like "12G", "512M", "1.5G", "1024" (bytes). false on bad input. */
+bool tdm_cli_parse_size(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,79 @@
+/* Helpers shared by the CLI commands (not a command itself: it defines no
+ * tdm_cli_<name> function, so the table generator skips it). */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+const char *tdm_cli_default_model(void)
+{
+    static char path[PATH_MAX]; /* written once per process by main's thread */
+    const char *env = getenv("TANDEM_MODEL");
+    if (env && *env)
+        return env;
+    const char *rel = "models/demo/demo-Q4_K_M.gguf";
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n > 0) {
+        path[n] = '\0';
+        /* the binary sits in <root>/build[/...]/tandem: walk up to a folder holding rel */
+        for (char *slash = strrchr(path, '/'); slash; slash = strrchr(path, '/')) {
+            *slash = '\0';
+            size_t len = strlen(path);
+            if (len + 1 + strlen(rel) + 1 > sizeof path)
+                break;
+            path[len] = '/';
+            strcpy(path + len + 1, rel);
+            if (access(path, R_OK) == 0)
+                return path;
+            path[len] = '\0';
+        }
+    }
+    return rel;
+}
+
+int tdm_cli_parse_ids(const char *s, int32_t *ids, int cap)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno || v < 0 || v > INT32_MAX || n >= cap)
+            return -1;
+        ids[n++] = (int32_t)v;
+        s = end;
+        while (*s == ' ')
+            s++;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return -1;
+    }
+    return n;
+}
+
+bool tdm_cli_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0)
+        return false;
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B')
+        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    if (*end)
+        return false;
+    *out = (uint64_t)(v * mul);
+    return true;
+}

@@ -1,0 +1,55 @@
+/* session: one conversation's state on a loaded model (KV cache of the
+ * attention layers, conv + recurrent state of the DeltaNet layers, the tokens
+ * it holds), with a fixed maximum context sized at creation. Nothing is
+ * allocated after tdm_session_new(): evaluating tokens never allocates.
+ *
+ * Ownership: the session borrows the model (which must outlive it) and owns
+ * its state and logits buffer. A session is used by one thread at a time;
+ * internally the forward pass runs OpenMP-parallel.
+ */
+#ifndef TDM_SESSION_H
+#define TDM_SESSION_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "status.h"
+
+typedef struct tdm_session tdm_session;
+
+/* Called for every token position and MoE layer as routing is decided:
+ * k expert ids (descending probability) and their renormalised weights.
+ * pos is the token's position in the session. Used by the profiler. */
+typedef void (*tdm_route_hook)(void *user, int32_t pos, int32_t layer, int32_t k,
+                               const int32_t *experts, const float *weights);
+
+/* n_ctx: maximum tokens the session holds (prompt + generated). */
+tdm_status tdm_session_new(tdm_model *m, int32_t n_ctx, tdm_session **out, tdm_error *err);
+void tdm_session_free(tdm_session *s);
+
+int32_t tdm_session_n_ctx(const tdm_session *s);
+int32_t tdm_session_n_past(const tdm_session *s);
+/* The n_past tokens the state currently holds. */
+const int32_t *tdm_session_tokens(const tdm_session *s);
+
+void tdm_session_reset(tdm_session *s);
+
+/* Drops tokens beyond n_keep where the state can return there (attention KV
+ * can be cut anywhere; recurrent state only at positions where a checkpoint
+ * was kept, see session.c). Returns the number of tokens actually kept
+ * (<= n_keep; 0 means the session was reset). */
+int32_t tdm_session_truncate(tdm_session *s, int32_t n_keep);
+
+/* Appends n tokens (a prompt is processed in batches). Afterwards
+ * tdm_session_logits() holds the logits of the last token. When logits_all is
+ * non-NULL it receives [n][n_vocab] logits of every appended position.
+ * TDM_ERR_INVALID when the context would overflow (nothing is appended). */
+tdm_status tdm_session_eval(tdm_session *s, const int32_t *tokens, int32_t n, float *logits_all,
+                            tdm_error *err);
+
+/* [n_vocab] logits of the last evaluated token (valid after a successful eval). */
+const float *tdm_session_logits(const tdm_session *s);
+
+void tdm_session_set_route_hook(tdm_session *s, tdm_route_hook hook, void *user);
+
+#endif
