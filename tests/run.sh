@@ -7,6 +7,7 @@
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
+export TDM_ROOT=${TDM_ROOT:-$PWD}
 mode=${1:-all}
 logs=$BUILD/test-logs
 mkdir -p "$logs"
