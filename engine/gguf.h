@@ -44,7 +44,10 @@ typedef struct tdm_gguf_tensor {
     int64_t ne[4];     /* ne[0] fastest; unused dims are 1 */
     uint64_t offset;   /* from the start of the data section */
     uint64_t nbytes;   /* exact payload size (without padding) */
-    const void *data;  /* view into the mapping, 32-byte aligned or better */
+    const void *data;  /* view into the mapping at a multiple of tdm_gguf_alignment()
+                        * (32 unless the file sets general.alignment) from the
+                        * base, which is page-aligned for tdm_gguf_open(); NULL
+                        * only for a tensor past EOF under TDM_GGUF_OPEN_PARTIAL */
 } tdm_gguf_tensor;
 
 /* Opens and validates path. On failure *out is NULL. */
@@ -98,5 +101,29 @@ int64_t tdm_gguf_tensor_count(const tdm_gguf *g);
 const tdm_gguf_tensor *tdm_gguf_tensor_at(const tdm_gguf *g, int64_t i);
 /* NULL when absent. */
 const tdm_gguf_tensor *tdm_gguf_find_tensor(const tdm_gguf *g, const char *name);
+
+/* ---- additions (gguf task) ---- */
+
+/* Flags for tdm_gguf_open_ex(). */
+#define TDM_GGUF_OPEN_PARTIAL 1u /* accept tensors whose data lies (partly) past EOF, e.g.
+                                  * an unfinished download: the header is still fully
+                                  * validated; such tensors get data == NULL and
+                                  * tdm_gguf_complete() is false. For `tandem info`. */
+
+/* tdm_gguf_open() with flags (0 = the same as tdm_gguf_open). */
+tdm_status tdm_gguf_open_ex(const char *path, uint32_t flags, tdm_gguf **out, tdm_error *err);
+tdm_status tdm_gguf_open_memory_ex(const void *data, size_t size, uint32_t flags, tdm_gguf **out,
+                                   tdm_error *err);
+
+/* Absolute end of the last byte of tensor data (max over tensors of
+ * data_offset + offset + nbytes; data_offset when there is no tensor). */
+uint64_t tdm_gguf_data_end(const tdm_gguf *g);
+/* data_end <= file size (always true unless opened with TDM_GGUF_OPEN_PARTIAL). */
+bool tdm_gguf_complete(const tdm_gguf *g);
+
+/* "UINT32", "STRING", ...; "?" for an unknown id. */
+const char *tdm_gguf_vtype_name(tdm_gguf_vtype t);
+
+/* Out-of-range i: kv_key() returns NULL and kv_type() returns (tdm_gguf_vtype)-1. */
 
 #endif
