@@ -52,4 +52,16 @@ const float *tdm_session_logits(const tdm_session *s);
 
 void tdm_session_set_route_hook(tdm_session *s, tdm_route_hook hook, void *user);
 
+/* Saves the recurrent state at the current length as the truncation
+ * checkpoint (replacing the previous one; a no-op without recurrent layers).
+ * tdm_session_eval already does this after every eval of more than one token. */
+void tdm_session_checkpoint(tdm_session *s);
+
+/* The model the session runs on. */
+const tdm_model *tdm_session_model(const tdm_session *s);
+
+/* The underlying CPU forward (forward.h), e.g. for debug captures. */
+typedef struct tdm_forward tdm_forward;
+tdm_forward *tdm_session_forward(tdm_session *s);
+
 #endif
