@@ -1,0 +1,298 @@
+/* sampler: penalties -> greedy | top-k -> top-p -> min-p -> temperature -> draw.
+ * All work buffers are [n_vocab], allocated in tdm_sampler_new(). Candidates
+ * are only sorted as far as a filter needs: top-k and top-p select the
+ * largest m with a quickselect and sort just those. */
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tdm_sampler {
+    tdm_sampler_params p;
+    int32_t n_vocab;
+    uint64_t rng[4];  /* xoshiro256** state */
+    float *work;      /* [n_vocab] penalised logits */
+    int32_t *cand;    /* [n_vocab] candidate ids, best first once sorted */
+    int32_t *count;   /* [n_vocab] occurrences in the penalty window */
+    uint32_t *stamp;  /* [n_vocab] last penalty pass that touched the id */
+    uint32_t gen;
+    int32_t *ring;    /* [penalty_last_n] accepted tokens, oldest at ring_pos when full */
+    int32_t ring_n, ring_pos;
+};
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(uint64_t s[4])
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* uniform in [0, 1) with 53 random bits */
+static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+
+tdm_sampler_params tdm_sampler_default_params(void)
+{
+    return (tdm_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                                .repeat_penalty = 1.0f, .frequency_penalty = 0.0f,
+                                .presence_penalty = 0.0f, .penalty_last_n = 64, .seed = 0x7A4D5EEDu};
+}
+
+static tdm_status check_params(const tdm_sampler_params *p, tdm_error *err)
+{
+    if (isnan(p->temperature) || isnan(p->top_p) || isnan(p->min_p) || isnan(p->frequency_penalty) ||
+        isnan(p->presence_penalty) || isnan(p->repeat_penalty))
+        return tdm_error_set(err, TDM_ERR_INVALID, "sampler: a parameter is NaN");
+    if (p->top_p <= 0)
+        return tdm_error_set(err, TDM_ERR_INVALID, "sampler: top_p = %g (want > 0)", p->top_p);
+    if (p->min_p < 0 || p->min_p > 1)
+        return tdm_error_set(err, TDM_ERR_INVALID, "sampler: min_p = %g (want 0..1)", p->min_p);
+    if (p->repeat_penalty <= 0)
+        return tdm_error_set(err, TDM_ERR_INVALID, "sampler: repeat_penalty = %g (want > 0)", p->repeat_penalty);
+    if (p->penalty_last_n < 0)
+        return tdm_error_set(err, TDM_ERR_INVALID, "sampler: penalty_last_n = %d (want >= 0)", p->penalty_last_n);
+    return TDM_OK;
+}
+
+tdm_status tdm_sampler_new(int32_t n_vocab, const tdm_sampler_params *p, tdm_sampler **out, tdm_error *err)
+{
+    *out = NULL;
+    if (n_vocab < 1)
+        return tdm_error_set(err, TDM_ERR_INVALID, "sampler: n_vocab = %d", n_vocab);
+    tdm_sampler_params def = tdm_sampler_default_params();
+    if (!p)
+        p = &def;
+    tdm_status st = check_params(p, err);
+    if (st)
+        return st;
+    tdm_sampler *s = calloc(1, sizeof *s);
+    if (!s)
+        return tdm_error_set(err, TDM_ERR_OOM, "sampler: state");
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    size_t n = (size_t)n_vocab;
+    s->work = malloc(n * sizeof *s->work);
+    s->cand = malloc(n * sizeof *s->cand);
+    s->count = calloc(n, sizeof *s->count);
+    s->stamp = calloc(n, sizeof *s->stamp);
+    s->ring = malloc(((size_t)p->penalty_last_n + 1) * sizeof *s->ring);
+    if (!s->work || !s->cand || !s->count || !s->stamp || !s->ring) {
+        tdm_sampler_free(s);
+        return tdm_error_set(err, TDM_ERR_OOM, "sampler: buffers for %d tokens", n_vocab);
+    }
+    tdm_sampler_reset(s);
+    *out = s;
+    return TDM_OK;
+}
+
+void tdm_sampler_free(tdm_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->work);
+    free(s->cand);
+    free(s->count);
+    free(s->stamp);
+    free(s->ring);
+    free(s);
+}
+
+const tdm_sampler_params *tdm_sampler_params_get(const tdm_sampler *s) { return &s->p; }
+
+void tdm_sampler_seed(tdm_sampler *s, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
+}
+
+void tdm_sampler_reset(tdm_sampler *s)
+{
+    memset(s->count, 0, (size_t)s->n_vocab * sizeof *s->count);
+    s->ring_n = s->ring_pos = 0;
+    tdm_sampler_seed(s, s->p.seed);
+}
+
+void tdm_sampler_accept(tdm_sampler *s, int32_t token)
+{
+    int32_t cap = s->p.penalty_last_n;
+    if (cap == 0 || token < 0 || token >= s->n_vocab)
+        return;
+    if (s->ring_n == cap) {
+        s->count[s->ring[s->ring_pos]]--;
+        s->ring[s->ring_pos] = token;
+        s->ring_pos = (s->ring_pos + 1) % cap;
+    } else {
+        s->ring[s->ring_n++] = token;
+    }
+    s->count[token]++;
+}
+
+static void apply_penalties(tdm_sampler *s)
+{
+    const tdm_sampler_params *p = &s->p;
+    if (s->ring_n == 0 || (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f))
+        return;
+    if (++s->gen == 0) { /* wrapped: forget old stamps */
+        memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
+        s->gen = 1;
+    }
+    for (int32_t i = 0; i < s->ring_n; i++) {
+        int32_t t = s->ring[i];
+        if (s->stamp[t] == s->gen)
+            continue;
+        s->stamp[t] = s->gen;
+        float l = s->work[t];
+        l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+        s->work[t] = l - (float)s->count[t] * p->frequency_penalty - p->presence_penalty;
+    }
+}
+
+/* better(a, b): higher logit, then lower id (a total order, so results are deterministic) */
+static inline int better(const float *w, int32_t a, int32_t b)
+{
+    return w[a] > w[b] || (w[a] == w[b] && a < b);
+}
+
+/* Moves the m best of c[0..n) to c[0..m) (any order). */
+static void select_top(const float *w, int32_t *c, int32_t n, int32_t m)
+{
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2, pv = c[mid];
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (better(w, c[i], pv))
+                i++;
+            while (better(w, pv, c[j]))
+                j--;
+            if (i <= j) {
+                int32_t t = c[i];
+                c[i++] = c[j];
+                c[j--] = t;
+            }
+        }
+        if (m - 1 <= j)
+            hi = j;
+        else if (m - 1 >= i)
+            lo = i;
+        else
+            break;
+    }
+}
+
+/* Heap sort of c[0..m) best first: in place (no allocation), O(m log m). */
+static void sift_down(const float *w, int32_t *c, int32_t i, int32_t m)
+{
+    for (;;) {
+        int32_t k = 2 * i + 1;
+        if (k >= m)
+            return;
+        if (k + 1 < m && better(w, c[k], c[k + 1]))
+            k++; /* the worse child: a min-heap by "better" puts the worst on top */
+        if (!better(w, c[i], c[k]))
+            return;
+        int32_t t = c[i];
+        c[i] = c[k];
+        c[k] = t;
+        i = k;
+    }
+}
+
+/* Moves the m best of c[0..n) to c[0..m), sorted best first. */
+static void sort_best(const float *w, int32_t *c, int32_t n, int32_t m)
+{
+    if (m < n)
+        select_top(w, c, n, m);
+    for (int32_t i = m / 2 - 1; i >= 0; i--)
+        sift_down(w, c, i, m);
+    for (int32_t end = m - 1; end > 0; end--) {
+        int32_t t = c[0]; /* the worst goes to the back */
+        c[0] = c[end];
+        c[end] = t;
+        sift_down(w, c, 0, end);
+    }
+}
+
+/* top-p: keep the shortest best-first prefix whose probability reaches top_p.
+ * Sorts only as many candidates as needed (64, 512, 4096, ... n). */
+static int32_t apply_top_p(const float *w, int32_t *c, int32_t n, float top_p, float lmax)
+{
+    double z = 0;
+    for (int32_t i = 0; i < n; i++)
+        z += exp((double)w[c[i]] - lmax);
+    double target = (double)top_p * z, cum = 0;
+    int32_t done = 0;
+    for (int32_t m = n < 64 ? n : 64;; m = (m > n / 8) ? n : m * 8) {
+        sort_best(w, c + done, n - done, m - done);
+        for (int32_t i = done; i < m; i++) {
+            cum += exp((double)w[c[i]] - lmax);
+            if (cum >= target)
+                return i + 1;
+        }
+        done = m;
+        if (m == n)
+            return n;
+    }
+}
+
+int32_t tdm_sampler_sample(tdm_sampler *s, const float *logits)
+{
+    const tdm_sampler_params *p = &s->p;
+    int32_t n = s->n_vocab;
+    float *w = s->work;
+    for (int32_t i = 0; i < n; i++)
+        w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    apply_penalties(s);
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (w[i] > w[best])
+            best = i;
+    if (p->temperature <= 0 || !(w[best] > -INFINITY))
+        return best;
+    float lmax = w[best];
+    int32_t *c = s->cand;
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) /* -inf tokens can never be drawn */
+        if (w[i] > -INFINITY)
+            c[m++] = i;
+    if (p->top_k > 0 && p->top_k < m) {
+        select_top(w, c, m, p->top_k);
+        m = p->top_k;
+    }
+    if (p->top_p < 1.0f)
+        m = apply_top_p(w, c, m, p->top_p, lmax);
+    if (p->min_p > 0) { /* keep p_i >= min_p * p_max, i.e. l_i >= lmax + log(min_p) */
+        float thr = lmax + logf(p->min_p);
+        int32_t k = 0;
+        for (int32_t i = 0; i < m; i++)
+            if (w[c[i]] >= thr)
+                c[k++] = c[i];
+        m = k;
+    }
+    double inv_t = 1.0 / p->temperature, z = 0;
+    for (int32_t i = 0; i < m; i++)
+        z += exp(((double)w[c[i]] - lmax) * inv_t);
+    double u = rng_uniform(s->rng) * z, cum = 0;
+    for (int32_t i = 0; i < m; i++) {
+        cum += exp(((double)w[c[i]] - lmax) * inv_t);
+        if (u < cum)
+            return c[i];
+    }
+    return c[m - 1];
+}
