@@ -23,7 +23,8 @@ CUDA_ARCHS ?= 75 80 86 89 90 120
 CUDA_PTX ?= 120
 
 DEPS_INC := $(if $(DEPS_PREFIX),-I$(DEPS_PREFIX)/usr/include)
-DEPS_LIB := $(if $(DEPS_PREFIX),-L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(abspath $(DEPS_PREFIX))/usr/lib/x86_64-linux-gnu)
+comma := ,
+DEPS_LIB := $(if $(DEPS_PREFIX),-L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -Wl$(comma)-rpath$(comma)$(abspath $(DEPS_PREFIX))/usr/lib/x86_64-linux-gnu)
 
 INCLUDES := -Iengine -Icpu_experts -Igpu_experts -Iprofiles $(DEPS_INC)
 CFLAGS := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers \
@@ -130,3 +131,16 @@ clean:
 	rm -rf build
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# Web chat page of `tandem serve` (engine/web/*), embedded into the library by
+# tools/embed_web.sh as the generated $(BUILD)/gen/web_assets.c.
+WEB_SRC := $(wildcard engine/web/*)
+$(BUILD)/gen/web_assets.c: $(WEB_SRC) tools/embed_web.sh
+	@mkdir -p $(dir $@)
+	tools/embed_web.sh $(WEB_SRC) > $@
+
+$(BUILD)/obj/gen/web_assets.o: $(BUILD)/gen/web_assets.c engine/server_internal.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(BUILD)/obj/gen/web_assets.o

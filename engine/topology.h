@@ -1,0 +1,31 @@
+/* topology: the machine's physical cores and NUMA nodes (hwloc), and thread
+ * pinning for the CPU expert pool and the bandwidth probe: one thread per
+ * physical core, never two on the hyper-threads of one core.
+ *
+ * Ownership: tdm_topology owns the hwloc topology; it is read-only after
+ * tdm_topology_load() and may be shared by threads (binding is per thread).
+ */
+#ifndef TDM_TOPOLOGY_H
+#define TDM_TOPOLOGY_H
+
+#include "status.h"
+
+typedef struct tdm_topology tdm_topology;
+
+tdm_status tdm_topology_load(tdm_topology **out, tdm_error *err);
+void tdm_topology_free(tdm_topology *t);
+
+int tdm_topology_physical_cores(const tdm_topology *t);
+int tdm_topology_numa_nodes(const tdm_topology *t);
+/* Physical cores minus one (the GPU-feeding main thread keeps a core), at least 1. */
+int tdm_topology_default_threads(const tdm_topology *t);
+
+/* Binds the calling thread to the processing units of physical core
+ * (index mod the core count). TDM_ERR_UNSUPPORTED where the OS refuses. */
+tdm_status tdm_topology_bind_thread(const tdm_topology *t, int core, tdm_error *err);
+
+/* Binds every thread of the next OpenMP parallel team of n threads to its own
+ * physical core (thread i -> core i). Call outside a parallel region. */
+tdm_status tdm_topology_bind_omp_team(const tdm_topology *t, int n, tdm_error *err);
+
+#endif
