@@ -1,0 +1,261 @@
+/* gpu: every CUDA kernel of tandem behind one plain C header.
+ *
+ * A tdm_gpu context owns one device's streams (compute + copy), events, the
+ * cuBLAS handle and every device buffer allocated through it; tdm_gpu_free()
+ * releases all of them. Every entry point takes device pointers, launches on
+ * the context's compute stream and returns without synchronising; errors of
+ * the launch itself come back at once, errors of the kernel's execution at the
+ * next tdm_gpu_sync() (or synchronous copy). Every CUDA failure becomes
+ * TDM_ERR_CUDA with the CUDA error string and the call site.
+ *
+ * Layouts: activations are float32 row-major, one row per token
+ * (`x[t * n + i]`). Quantised weight matrices are GGUF's: `rows` rows of `k`
+ * elements, row r at byte r * tdm_qtype_row_bytes(type, k); blocks may be only
+ * 1-byte aligned. Attention KV caches are fp16, [n_kv_head][n_ctx][head_dim].
+ * DeltaNet recurrent state is float32 [H_v][d_k][d_v] (key index first, as HF).
+ *
+ * Nothing here allocates on the per-token path: scratch is passed in by the
+ * caller (sizes from the *_scratch_bytes helpers), sized once at load.
+ * In builds without CUDA (gpu_none.c) every entry point returns
+ * TDM_ERR_UNSUPPORTED and tdm_gpu_available() returns false.
+ * A context is used by one host thread at a time.
+ */
+#ifndef TDM_GPU_H
+#define TDM_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tdm_gpu tdm_gpu;
+
+typedef struct tdm_gpu_info {
+    char name[256];
+    int device;
+    int sm_count;
+    int cc_major, cc_minor;
+    size_t mem_free, mem_total; /* bytes, at the time of the query */
+    size_t l2_bytes;
+} tdm_gpu_info;
+
+/* True when this build has CUDA and at least one device is visible. */
+bool tdm_gpu_available(void);
+
+/* ---- context and buffers ---- */
+tdm_status tdm_gpu_create(int device, tdm_gpu **out, tdm_error *err);
+void tdm_gpu_free(tdm_gpu *g); /* frees every buffer still allocated through g */
+tdm_status tdm_gpu_query(tdm_gpu *g, tdm_gpu_info *info, tdm_error *err);
+
+/* Device memory owned by g (freed by tdm_gpu_release or tdm_gpu_free). */
+tdm_status tdm_gpu_alloc(tdm_gpu *g, size_t bytes, void **dptr, tdm_error *err);
+void tdm_gpu_release(tdm_gpu *g, void *dptr);
+/* Page-locked host memory owned by g (for DMA and mapped hand-off buffers). */
+tdm_status tdm_gpu_alloc_host(tdm_gpu *g, size_t bytes, void **hptr, tdm_error *err);
+void tdm_gpu_release_host(tdm_gpu *g, void *hptr);
+
+/* Synchronous copies on the compute stream (they wait for queued kernels). */
+tdm_status tdm_gpu_upload(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err);
+tdm_status tdm_gpu_download(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err);
+/* Asynchronous device-to-device copy and fill on the compute stream. */
+tdm_status tdm_gpu_copy(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err);
+tdm_status tdm_gpu_memset(tdm_gpu *g, void *dst, int byte, size_t bytes, tdm_error *err);
+/* Fills n floats with v (tests poison outputs with NaN this way). */
+tdm_status tdm_gpu_fill_f32(tdm_gpu *g, float *dst, float v, size_t n, tdm_error *err);
+/* Waits for the compute stream; reports any asynchronous kernel error. */
+tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err);
+
+/* Device timing for benchmarks: records a mark on the compute stream;
+ * tdm_gpu_elapsed_ms() waits for the later mark and returns the time
+ * between two marks (mark ids 0..TDM_GPU_MARKS-1). */
+#define TDM_GPU_MARKS 8
+tdm_status tdm_gpu_mark(tdm_gpu *g, int mark, tdm_error *err);
+tdm_status tdm_gpu_elapsed_ms(tdm_gpu *g, int from, int to, float *ms, tdm_error *err);
+
+/* ---- quantised matrix products ---- */
+
+/* True when the GPU kernels multiply weights of type t: F32, F16, BF16, Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4. */
+bool tdm_gpu_type_supported(tdm_qtype t);
+
+#define TDM_GPU_MATVEC_MAX_TOK 8
+
+/* Decode products, 1..8 tokens: y[t][r] = (accumulate ? y[t][r] : 0) + W[r] . x[t]
+ * for r < rows, t < ntok. w: [rows] rows of k elements of type wt; x: [ntok][k];
+ * y: [ntok][rows]. k must be a multiple of the type's block (8 for F32/F16/BF16).
+ * Activations stay float32 (see docs/GPU.md). */
+tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows, int64_t k,
+                          const float *x, int ntok, float *y, bool accumulate, tdm_error *err);
+
+/* Device scratch bytes tdm_gpu_matmul needs to process up to chunk_rows rows of
+ * a [rows][k] matrix per cuBLAS call for ntok tokens. */
+size_t tdm_gpu_matmul_scratch_bytes(int64_t chunk_rows, int64_t k, int64_t ntok);
+
+/* Prompt products, any ntok: y[t][r] = W[r] . x[t] (y: [ntok][rows]).
+ * Dequantises W to fp16 (chunks of rows fitting the scratch) and x to fp16,
+ * then cuBLAS GEMM with float32 accumulation. */
+tdm_status tdm_gpu_matmul(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows, int64_t k,
+                          const float *x, int64_t ntok, float *y, void *scratch,
+                          size_t scratch_bytes, tdm_error *err);
+
+/* Dequantises `rows` rows of k elements to fp16 (dst: [rows][k] uint16 halves). */
+tdm_status tdm_gpu_dequant_f16(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows, int64_t k,
+                               uint16_t *dst, tdm_error *err);
+
+/* ---- norms, rope, small element-wise ops ---- */
+
+/* RMSNorm of n_rows rows of n elements: y[r] = w . (x[r] * rsqrt(mean(x[r]^2) + eps)).
+ * Row r starts at x + r * stride (same for y; in place allowed). w: [n] (GGUF
+ * files already hold the +1 of zero-centred norms). */
+tdm_status tdm_gpu_rmsnorm(tdm_gpu *g, const float *x, const float *w, float *y, int64_t n_rows,
+                           int64_t n, int64_t stride, float eps, tdm_error *err);
+
+/* Gated RMSNorm of the DeltaNet output, per head of n elements:
+ * y[r] = (w . rmsnorm(x[r])) * silu(z[r]); rows contiguous ([n_rows][n]). */
+tdm_status tdm_gpu_rmsnorm_gated(tdm_gpu *g, const float *x, const float *z, const float *w,
+                                 float *y, int64_t n_rows, int64_t n, float eps, tdm_error *err);
+
+/* NeoX (half-split) RoPE on the first n_rot channels of each head, in place.
+ * x: [ntok][n_head][head_dim] with token stride tok_stride floats (>= n_head *
+ * head_dim); pos: device [ntok] positions. inv_freq and angles are float32
+ * as in transformers: inv_freq[i] = 1 / base^(2i / n_rot). */
+tdm_status tdm_gpu_rope(tdm_gpu *g, float *x, int64_t ntok, int64_t n_head, int64_t head_dim,
+                        int64_t tok_stride, int64_t n_rot, float base, const int32_t *pos,
+                        tdm_error *err);
+
+/* Splits the gated-attention query projection p [ntok][n_head][2][head_dim]
+ * (per head: head_dim query values then head_dim gate values) into
+ * q [ntok][n_head][head_dim] and gate [ntok][n_head][head_dim]. */
+tdm_status tdm_gpu_qgate_split(tdm_gpu *g, const float *p, float *q, float *gate, int64_t ntok,
+                               int64_t n_head, int64_t head_dim, tdm_error *err);
+
+/* ---- attention ---- */
+
+/* Stores ntok new K/V rows (k, v: [ntok][n_kv][head_dim], token stride
+ * tok_stride floats) into the fp16 caches kc, vc ([n_kv][n_ctx][head_dim]) at
+ * positions pos0 .. pos0+ntok-1. */
+tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *v, int64_t tok_stride,
+                            uint16_t *kc, uint16_t *vc, int64_t n_kv, int64_t head_dim,
+                            int64_t n_ctx, int64_t pos0, int64_t ntok, tdm_error *err);
+
+/* Causal GQA attention for ntok queries at positions pos0 .. pos0+ntok-1 over
+ * the caches (which must already hold positions 0 .. pos0+ntok-1).
+ * q: [ntok][n_head][head_dim]; query head h reads KV head h / (n_head / n_kv);
+ * scale: usually 1/sqrt(head_dim). gate: NULL, or [ntok][n_head][head_dim]:
+ * the output is multiplied by sigmoid(gate) (gated attention).
+ * o: [ntok][n_head][head_dim]. Softmax in float32. head_dim <= 512, multiple of 32. */
+tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc, const uint16_t *vc,
+                             const float *gate, float *o, int64_t ntok, int64_t n_head,
+                             int64_t n_kv, int64_t head_dim, int64_t n_ctx, int64_t pos0,
+                             float scale, tdm_error *err);
+
+/* ---- Gated DeltaNet ---- */
+
+/* Causal depthwise conv + SiLU over ntok tokens, continuing from the state.
+ * u: [ntok][channels] pre-conv inputs; w: [channels][kernel] (GGUF ssm_conv1d,
+ * tap kernel-1 multiplies the current token); state: [kernel-1][channels],
+ * the previous kernel-1 inputs, oldest first, updated in place;
+ * y: [ntok][channels]. kernel in 2..8. */
+tdm_status tdm_gpu_ssm_conv(tdm_gpu *g, const float *u, const float *w, float *state, float *y,
+                            int64_t ntok, int64_t channels, int64_t kernel, tdm_error *err);
+
+typedef enum tdm_gpu_head_map {
+    TDM_GPU_HEADS_TILED = 0,   /* value head j uses key head j % H_k (qwen35moe GGUF) */
+    TDM_GPU_HEADS_GROUPED = 1  /* value head j uses key head j / (H_v / H_k) (qwen3next) */
+} tdm_gpu_head_map;
+
+typedef struct tdm_gpu_deltanet_shape {
+    int64_t n_k_head, n_v_head; /* H_k, H_v (H_v a multiple of H_k) */
+    int64_t d_k, d_v;           /* d_k in {16, 32, 64, 128, 256}; any d_v */
+    tdm_gpu_head_map map;
+    float eps;                  /* L2-norm epsilon (1e-6) */
+} tdm_gpu_deltanet_shape;
+
+/* Gated DeltaNet recurrence over ntok tokens (decode: ntok = 1; prefill: the
+ * exact token-sequential form, parallel over value heads and value columns).
+ * qkv: [ntok][2*H_k*d_k + H_v*d_v], the conv output (q | k | v, head-major);
+ * beta, alpha: [ntok][H_v] raw projections; ssm_a: [H_v] (= -exp(A_log));
+ * dt_bias: [H_v]; state: [H_v][d_k][d_v], updated in place; o: [ntok][H_v][d_v].
+ * Per token: q, k L2-normalised, q scaled by 1/sqrt(d_k), b = sigmoid(beta),
+ * g = ssm_a * softplus(alpha + dt_bias); S = e^g S; S += k (b (v - S^T k))^T;
+ * o = S^T q. */
+tdm_status tdm_gpu_deltanet(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh, const float *qkv,
+                            const float *beta, const float *alpha, const float *ssm_a,
+                            const float *dt_bias, float *state, float *o, int64_t ntok,
+                            tdm_error *err);
+
+/* ---- MoE ---- */
+
+/* Router on the device: softmax over n_expert logits (float32), top-k
+ * (descending; ties to the lower id), optional renormalisation of the k
+ * weights. logits: [ntok][n_expert]; ids: [ntok][k]; weights: [ntok][k].
+ * n_expert <= 1024, k <= 32. */
+tdm_status tdm_gpu_router(tdm_gpu *g, const float *logits, int64_t ntok, int64_t n_expert,
+                          int64_t k, bool renorm, int32_t *ids, float *weights, tdm_error *err);
+
+/* Where the routed experts' weights live. slot_of (device) maps
+ * layer * n_expert + expert to a slot index or -1 (not resident: the fused
+ * kernels skip it; its h rows and contribution are left to the CPU). A slot
+ * holds one expert's gate, up and down matrices at the given byte offsets
+ * from arena + slot * slot_bytes, in the layer's types. */
+typedef struct tdm_gpu_expert_table {
+    const int32_t *slot_of; /* device [n_layer][n_expert] */
+    int64_t n_expert;
+    const void *arena;      /* device, slot 0 */
+    size_t slot_bytes;
+    size_t gate_off, up_off, down_off;
+} tdm_gpu_expert_table;
+
+/* The shared expert of a layer (Qwen3-Next / Qwen3.5); NULL where absent. */
+typedef struct tdm_gpu_shared_expert {
+    const void *gate, *up, *down; /* device; gate, up: [n_ff][n_embd]; down: [n_embd][n_ff] */
+    tdm_qtype gate_type, up_type, down_type;
+    int64_t n_ff;
+    const float *gate_logit; /* device [ntok]: w_sg . m; its sigmoid scales the output; NULL = 1 */
+} tdm_gpu_shared_expert;
+
+typedef struct tdm_gpu_moe_layer {
+    const tdm_gpu_expert_table *table;
+    int64_t layer;
+    tdm_qtype gate_type, up_type, down_type;
+    int64_t n_embd, n_ff;                 /* expert: gate/up [n_ff][n_embd], down [n_embd][n_ff] */
+    const tdm_gpu_shared_expert *shared;  /* NULL when the layer has none */
+} tdm_gpu_moe_layer;
+
+/* Row stride of h: max(n_ff, shared n_ff). h holds, per token, k routed rows
+ * and (when shared) one more: h[t][i][0..n_ff), i <= k. */
+int64_t tdm_gpu_moe_h_stride(const tdm_gpu_moe_layer *L);
+
+/* ONE launch: h[t][i] = silu(Gate_e x[t]) * Up_e x[t] for every selected
+ * expert e = ids[t][i] that is resident, plus the shared expert into h[t][k].
+ * x: [ntok][n_embd]; ids: [ntok][k]; h: [ntok][k + (shared ? 1 : 0)][h_stride]. */
+tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
+                               const int32_t *ids, int64_t ntok, int64_t k, float *h,
+                               tdm_error *err);
+
+/* ONE launch: y[t] = (accumulate ? y[t] : 0) + (add ? add[t] : 0)
+ *                   + sum over resident i of weights[t][i] * Down_e h[t][i]
+ *                   + sigmoid(shared gate_logit[t]) * Down_shared h[t][k].
+ * add: NULL or [ntok][n_embd] (e.g. the CPU's partial sum in mapped memory). */
+tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *h,
+                            const int32_t *ids, const float *weights, int64_t ntok, int64_t k,
+                            const float *add, float *y, bool accumulate, tdm_error *err);
+
+/* ---- testing ---- */
+
+/* Dequantises a row on the host through the very table the kernels use (no
+ * device needed), so tests can compare it bit for bit with tdm_dequant_row. */
+tdm_status tdm_gpu_dequant_row_host(tdm_qtype wt, const void *src, float *dst, int64_t n,
+                                    tdm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,146 @@
+/* gpu_attn: KV store and attention (models.md §1.5, §3.4). */
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "gpu_attn.cuh"
+
+__global__ void kv_store_kernel(const float *__restrict__ k, const float *__restrict__ v,
+                                int64_t tok_stride, __half *kc, __half *vc, int64_t n_kv,
+                                int64_t head_dim, int64_t n_ctx, int64_t pos0, int64_t ntok)
+{
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t per_tok = n_kv * head_dim;
+    if (idx >= ntok * per_tok)
+        return;
+    int64_t t = idx / per_tok, r = idx % per_tok, h = r / head_dim, i = r % head_dim;
+    int64_t dst = (h * n_ctx + pos0 + t) * head_dim + i;
+    kc[dst] = __float2half_rn(k[t * tok_stride + r]);
+    vc[dst] = __float2half_rn(v[t * tok_stride + r]);
+}
+
+extern "C" tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *v,
+                                       int64_t tok_stride, uint16_t *kc, uint16_t *vc,
+                                       int64_t n_kv, int64_t head_dim, int64_t n_ctx,
+                                       int64_t pos0, int64_t ntok, tdm_error *err)
+{
+    TDM_REQUIRE(err, k && v && kc && vc, "gpu kv_store: NULL argument");
+    TDM_REQUIRE(err, n_kv > 0 && head_dim > 0 && ntok > 0 && tok_stride >= n_kv * head_dim,
+                "gpu kv_store: bad shape");
+    TDM_REQUIRE(err, pos0 >= 0 && pos0 + ntok <= n_ctx,
+                "gpu kv_store: positions %lld..%lld outside the cache of %lld", (long long)pos0,
+                (long long)(pos0 + ntok - 1), (long long)n_ctx);
+    int64_t n = ntok * n_kv * head_dim;
+    kv_store_kernel<<<tdm_cdiv(n, 256), 256, 0, g->stream>>>(k, v, tok_stride, (__half *)kc,
+                                                             (__half *)vc, n_kv, head_dim, n_ctx,
+                                                             pos0, ntok);
+    TDM_LAUNCHED(err, "kv_store_kernel");
+    return TDM_OK;
+}
+
+/* Block = (query token, query head). Lane l of each warp owns channels
+ * l + 32c (c < DPL) of q, of the running output and of each K/V row. */
+template <int DPL>
+__global__ void __launch_bounds__(ATTN_WARPS * 32)
+    attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc,
+                     const __half *__restrict__ vc, const float *__restrict__ gate, float *o,
+                     int n_head, int group, int head_dim, int64_t n_ctx, int64_t pos0, float scale)
+{
+    __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
+    __shared__ float s_acc[ATTN_WARPS][DPL * 32];
+    int t = blockIdx.y, h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t qoff = ((int64_t)t * n_head + h) * head_dim;
+    const __half *kh = kc + (int64_t)(h / group) * n_ctx * head_dim;
+    const __half *vh = vc + (int64_t)(h / group) * n_ctx * head_dim;
+    float qr[DPL], acc[DPL];
+#pragma unroll
+    for (int c = 0; c < DPL; c++) {
+        int i = lane + 32 * c;
+        qr[c] = i < head_dim ? q[qoff + i] * scale : 0.0f;
+        acc[c] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    int64_t n_keys = pos0 + t + 1;
+    for (int64_t j = warp; j < n_keys; j += ATTN_WARPS) {
+        const __half *kr = kh + j * head_dim, *vr = vh + j * head_dim;
+        float s = 0.0f;
+#pragma unroll
+        for (int c = 0; c < DPL; c++) {
+            int i = lane + 32 * c;
+            if (i < head_dim)
+                s += qr[c] * __half2float(kr[i]);
+        }
+        s = tdm_warp_sum(s);
+        float mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn);
+        l = l * corr + p;
+#pragma unroll
+        for (int c = 0; c < DPL; c++) {
+            int i = lane + 32 * c;
+            float vv = i < head_dim ? __half2float(vr[i]) : 0.0f;
+            acc[c] = acc[c] * corr + p * vv;
+        }
+        m = mn;
+    }
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+    }
+#pragma unroll
+    for (int c = 0; c < DPL; c++)
+        s_acc[warp][lane + 32 * c] = acc[c];
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w = 0; w < ATTN_WARPS; w++)
+        M = fmaxf(M, s_m[w]);
+    float L = 0.0f;
+    for (int w = 0; w < ATTN_WARPS; w++)
+        L += s_l[w] * expf(s_m[w] - M);
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        float v = 0.0f;
+        for (int w = 0; w < ATTN_WARPS; w++)
+            v += s_acc[w][i] * expf(s_m[w] - M);
+        v /= L;
+        if (gate)
+            v *= tdm_sigmoid(gate[qoff + i]);
+        o[qoff + i] = v;
+    }
+}
+
+extern "C" tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc,
+                                        const uint16_t *vc, const float *gate, float *o,
+                                        int64_t ntok, int64_t n_head, int64_t n_kv,
+                                        int64_t head_dim, int64_t n_ctx, int64_t pos0,
+                                        float scale, tdm_error *err)
+{
+    TDM_REQUIRE(err, q && kc && vc && o, "gpu attention: NULL argument");
+    TDM_REQUIRE(err, n_head > 0 && n_kv > 0 && n_head % n_kv == 0,
+                "gpu attention: %lld query heads are not a multiple of %lld KV heads",
+                (long long)n_head, (long long)n_kv);
+    TDM_REQUIRE(err, head_dim > 0 && head_dim <= ATTN_MAX_HEAD_DIM,
+                "gpu attention: head_dim %lld outside 1..%d", (long long)head_dim,
+                ATTN_MAX_HEAD_DIM);
+    TDM_REQUIRE(err, ntok > 0 && ntok <= 65535 && n_head <= INT32_MAX,
+                "gpu attention: ntok=%lld outside 1..65535", (long long)ntok);
+    TDM_REQUIRE(err, pos0 >= 0 && pos0 + ntok <= n_ctx,
+                "gpu attention: positions %lld..%lld outside the cache of %lld", (long long)pos0,
+                (long long)(pos0 + ntok - 1), (long long)n_ctx);
+    dim3 grid((unsigned)n_head, (unsigned)ntok);
+    int group = (int)(n_head / n_kv), hd = (int)head_dim;
+    const __half *k16 = (const __half *)kc, *v16 = (const __half *)vc;
+#define ATTN_LAUNCH(D)                                                                       \
+    attention_kernel<D><<<grid, ATTN_WARPS * 32, 0, g->stream>>>(q, k16, v16, gate, o,        \
+                                                                 (int)n_head, group, hd, n_ctx, \
+                                                                 pos0, scale)
+    if (head_dim <= 32)
+        ATTN_LAUNCH(1);
+    else if (head_dim <= 64)
+        ATTN_LAUNCH(2);
+    else if (head_dim <= 128)
+        ATTN_LAUNCH(4);
+    else if (head_dim <= 256)
+        ATTN_LAUNCH(8);
+    else
+        ATTN_LAUNCH(16);
+#undef ATTN_LAUNCH
+    TDM_LAUNCHED(err, "attention_kernel");
+    return TDM_OK;
+}

@@ -1,0 +1,254 @@
+/* gpu_core: the context (streams, events, cuBLAS, owned allocations), the
+ * CUDA error helper and the buffer helpers of gpu.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_common.cuh"
+
+tdm_status tdm_gpu_cuda_fail(tdm_error *err, cudaError_t e, const char *call, const char *file,
+                             int line)
+{
+    return tdm_error_set(err, TDM_ERR_CUDA, "%s:%d: %s: %s (%s)", file, line, call,
+                         cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+tdm_status tdm_gpu_blas_fail(tdm_error *err, cublasStatus_t s, const char *call, const char *file,
+                             int line)
+{
+    return tdm_error_set(err, TDM_ERR_CUDA, "%s:%d: %s: cuBLAS status %d", file, line, call,
+                         (int)s);
+}
+
+extern "C" bool tdm_gpu_available(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+static tdm_status track(tdm_gpu *g, void *p, size_t bytes, bool host, tdm_error *err)
+{
+    if (g->n_bufs == g->cap_bufs) {
+        size_t cap = g->cap_bufs ? 2 * g->cap_bufs : 64;
+        tdm_gpu_buf *nb = (tdm_gpu_buf *)realloc(g->bufs, cap * sizeof *nb);
+        if (!nb)
+            return tdm_error_set(err, TDM_ERR_OOM, "gpu: buffer table of %zu entries", cap);
+        g->bufs = nb;
+        g->cap_bufs = cap;
+    }
+    g->bufs[g->n_bufs++] = (tdm_gpu_buf){p, bytes, host};
+    return TDM_OK;
+}
+
+static void destroy(tdm_gpu *g)
+{
+    cudaSetDevice(g->device);
+    if (g->stream)
+        cudaStreamSynchronize(g->stream);
+    for (size_t i = 0; i < g->n_bufs; i++) {
+        if (g->bufs[i].host)
+            cudaFreeHost(g->bufs[i].ptr);
+        else
+            cudaFree(g->bufs[i].ptr);
+    }
+    free(g->bufs);
+    if (g->blas)
+        cublasDestroy(g->blas);
+    for (int i = 0; i < TDM_GPU_MARKS; i++)
+        if (g->marks[i])
+            cudaEventDestroy(g->marks[i]);
+    if (g->copy_stream)
+        cudaStreamDestroy(g->copy_stream);
+    if (g->stream)
+        cudaStreamDestroy(g->stream);
+    free(g);
+}
+
+static tdm_status create(tdm_gpu *g, int device, tdm_error *err)
+{
+    int n = 0;
+    TDM_CU(err, cudaGetDeviceCount(&n));
+    if (device < 0 || device >= n)
+        return tdm_error_set(err, TDM_ERR_INVALID, "gpu: device %d does not exist (%d visible)",
+                             device, n);
+    g->device = device;
+    TDM_CU(err, cudaSetDevice(device));
+    TDM_CU(err, cudaDeviceGetAttribute(&g->sm_count, cudaDevAttrMultiProcessorCount, device));
+    TDM_CU(err, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    TDM_CU(err, cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking));
+    for (int i = 0; i < TDM_GPU_MARKS; i++)
+        TDM_CU(err, cudaEventCreate(&g->marks[i]));
+    TDM_BLAS(err, cublasCreate(&g->blas));
+    TDM_BLAS(err, cublasSetStream(g->blas, g->stream));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_create(int device, tdm_gpu **out, tdm_error *err)
+{
+    *out = NULL;
+    tdm_gpu *g = (tdm_gpu *)calloc(1, sizeof *g);
+    if (!g)
+        return tdm_error_set(err, TDM_ERR_OOM, "gpu: context");
+    tdm_status s = create(g, device, err);
+    if (s != TDM_OK) {
+        destroy(g);
+        return s;
+    }
+    *out = g;
+    return TDM_OK;
+}
+
+extern "C" void tdm_gpu_free(tdm_gpu *g)
+{
+    if (g)
+        destroy(g);
+}
+
+extern "C" tdm_status tdm_gpu_query(tdm_gpu *g, tdm_gpu_info *info, tdm_error *err)
+{
+    cudaDeviceProp p;
+    TDM_CU(err, cudaSetDevice(g->device));
+    TDM_CU(err, cudaGetDeviceProperties(&p, g->device));
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    info->device = g->device;
+    info->sm_count = p.multiProcessorCount;
+    info->cc_major = p.major;
+    info->cc_minor = p.minor;
+    info->l2_bytes = (size_t)p.l2CacheSize;
+    TDM_CU(err, cudaMemGetInfo(&info->mem_free, &info->mem_total));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_alloc(tdm_gpu *g, size_t bytes, void **dptr, tdm_error *err)
+{
+    *dptr = NULL;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return tdm_error_set(err, TDM_ERR_OOM, "gpu: cudaMalloc of %zu bytes: out of device memory",
+                             bytes);
+    }
+    TDM_CU(err, e);
+    tdm_status s = track(g, p, bytes, false, err);
+    if (s != TDM_OK) {
+        cudaFree(p);
+        return s;
+    }
+    *dptr = p;
+    return TDM_OK;
+}
+
+static void untrack(tdm_gpu *g, void *p, bool host)
+{
+    for (size_t i = 0; i < g->n_bufs; i++) {
+        if (g->bufs[i].ptr == p && g->bufs[i].host == host) {
+            if (host)
+                cudaFreeHost(p);
+            else
+                cudaFree(p);
+            g->bufs[i] = g->bufs[--g->n_bufs];
+            return;
+        }
+    }
+    tdm_log(TDM_LOG_WARN, "gpu: release of %p that this context does not own", p);
+}
+
+extern "C" void tdm_gpu_release(tdm_gpu *g, void *dptr)
+{
+    if (g && dptr)
+        untrack(g, dptr, false);
+}
+
+extern "C" tdm_status tdm_gpu_alloc_host(tdm_gpu *g, size_t bytes, void **hptr, tdm_error *err)
+{
+    *hptr = NULL;
+    void *p = NULL;
+    TDM_CU(err, cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable | cudaHostAllocMapped));
+    tdm_status s = track(g, p, bytes, true, err);
+    if (s != TDM_OK) {
+        cudaFreeHost(p);
+        return s;
+    }
+    *hptr = p;
+    return TDM_OK;
+}
+
+extern "C" void tdm_gpu_release_host(tdm_gpu *g, void *hptr)
+{
+    if (g && hptr)
+        untrack(g, hptr, true);
+}
+
+extern "C" tdm_status tdm_gpu_upload(tdm_gpu *g, void *dst, const void *src, size_t bytes,
+                                     tdm_error *err)
+{
+    TDM_CU(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g->stream));
+    TDM_CU(err, cudaStreamSynchronize(g->stream));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_download(tdm_gpu *g, void *dst, const void *src, size_t bytes,
+                                       tdm_error *err)
+{
+    TDM_CU(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g->stream));
+    TDM_CU(err, cudaStreamSynchronize(g->stream));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_copy(tdm_gpu *g, void *dst, const void *src, size_t bytes,
+                                   tdm_error *err)
+{
+    TDM_CU(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g->stream));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_memset(tdm_gpu *g, void *dst, int byte, size_t bytes,
+                                     tdm_error *err)
+{
+    TDM_CU(err, cudaMemsetAsync(dst, byte, bytes, g->stream));
+    return TDM_OK;
+}
+
+__global__ void fill_f32(float *dst, float v, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = v;
+}
+
+extern "C" tdm_status tdm_gpu_fill_f32(tdm_gpu *g, float *dst, float v, size_t n, tdm_error *err)
+{
+    if (n == 0)
+        return TDM_OK;
+    unsigned blocks = (unsigned)((n + 255) / 256);
+    if (blocks > 4096)
+        blocks = 4096;
+    fill_f32<<<blocks, 256, 0, g->stream>>>(dst, v, n);
+    TDM_LAUNCHED(err, "fill_f32");
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err)
+{
+    TDM_CU(err, cudaStreamSynchronize(g->stream));
+    TDM_CU(err, cudaGetLastError());
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_mark(tdm_gpu *g, int mark, tdm_error *err)
+{
+    TDM_REQUIRE(err, mark >= 0 && mark < TDM_GPU_MARKS, "gpu: mark %d out of range", mark);
+    TDM_CU(err, cudaEventRecord(g->marks[mark], g->stream));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_elapsed_ms(tdm_gpu *g, int from, int to, float *ms, tdm_error *err)
+{
+    TDM_REQUIRE(err, from >= 0 && from < TDM_GPU_MARKS && to >= 0 && to < TDM_GPU_MARKS,
+                "gpu: marks %d, %d out of range", from, to);
+    TDM_CU(err, cudaEventSynchronize(g->marks[to]));
+    TDM_CU(err, cudaEventElapsedTime(ms, g->marks[from], g->marks[to]));
+    return TDM_OK;
+}

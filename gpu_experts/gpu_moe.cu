@@ -1,0 +1,274 @@
+/* gpu_moe: models.md §2.4 and §3.7 on the device. */
+#include <math.h>
+
+#include "gpu_moe.cuh"
+#include "gpu_quant.cuh"
+
+/* One warp per token: probabilities in shared memory, k rounds of arg-max. */
+__global__ void __launch_bounds__(32)
+    router_kernel(const float *__restrict__ logits, int n_expert, int k, int renorm, int32_t *ids,
+                  float *weights)
+{
+    __shared__ float p[ROUTER_MAX_EXPERTS];
+    int t = blockIdx.x, lane = threadIdx.x;
+    const float *lr = logits + (int64_t)t * n_expert;
+    float mx = -INFINITY;
+    for (int e = lane; e < n_expert; e += 32)
+        mx = fmaxf(mx, lr[e]);
+    mx = tdm_warp_max(mx);
+    float sum = 0.0f;
+    for (int e = lane; e < n_expert; e += 32) {
+        float v = expf(lr[e] - mx);
+        p[e] = v;
+        sum += v;
+    }
+    sum = tdm_warp_sum(sum);
+    float inv = 1.0f / sum;
+    for (int e = lane; e < n_expert; e += 32)
+        p[e] *= inv;
+    __syncwarp();
+    float chosen[ROUTER_MAX_K];
+    float tot = 0.0f;
+    for (int r = 0; r < k; r++) {
+        float best = -1.0f;
+        int bi = n_expert;
+        for (int e = lane; e < n_expert; e += 32) {
+            if (p[e] > best) { /* strict: the lowest id of this lane wins ties */
+                best = p[e];
+                bi = e;
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ob > best || (ob == best && oi < bi)) {
+                best = ob;
+                bi = oi;
+            }
+        }
+        chosen[r] = best;
+        tot += best;
+        if (lane == 0)
+            ids[(int64_t)t * k + r] = bi;
+        __syncwarp();
+        if (lane == (bi & 31))
+            p[bi] = -2.0f; /* taken */
+        __syncwarp();
+    }
+    if (lane == 0) {
+        float d = renorm ? 1.0f / tot : 1.0f;
+        for (int r = 0; r < k; r++)
+            weights[(int64_t)t * k + r] = chosen[r] * d;
+    }
+}
+
+extern "C" tdm_status tdm_gpu_router(tdm_gpu *g, const float *logits, int64_t ntok,
+                                     int64_t n_expert, int64_t k, bool renorm, int32_t *ids,
+                                     float *weights, tdm_error *err)
+{
+    TDM_REQUIRE(err, logits && ids && weights, "gpu router: NULL argument");
+    TDM_REQUIRE(err, n_expert >= 1 && n_expert <= ROUTER_MAX_EXPERTS,
+                "gpu router: n_expert=%lld outside 1..%d", (long long)n_expert, ROUTER_MAX_EXPERTS);
+    TDM_REQUIRE(err, k >= 1 && k <= n_expert && k <= ROUTER_MAX_K,
+                "gpu router: k=%lld outside 1..min(n_expert, %d)", (long long)k, ROUTER_MAX_K);
+    TDM_REQUIRE(err, ntok >= 1 && ntok <= INT32_MAX, "gpu router: ntok=%lld", (long long)ntok);
+    router_kernel<<<(unsigned)ntok, 32, 0, g->stream>>>(logits, (int)n_expert, (int)k,
+                                                        renorm ? 1 : 0, ids, weights);
+    TDM_LAUNCHED(err, "router_kernel");
+    return TDM_OK;
+}
+
+__device__ __forceinline__ const uint8_t *expert_base(const moe_args &a, int32_t e)
+{
+    if (e < 0 || e >= a.n_expert)
+        return NULL;
+    int32_t slot = a.slot_of[e];
+    return slot < 0 ? NULL : a.arena + (int64_t)slot * a.slot_bytes;
+}
+
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+    moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int32_t *__restrict__ ids,
+                       int k, int ntok, float *__restrict__ h)
+{
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
+    int sel = blockIdx.y, t, rank;
+    const uint8_t *gw, *uw;
+    int gtype, utype, units = a.units_embd, n_ff;
+    if (sel < ntok * k) {
+        t = sel / k;
+        rank = sel % k;
+        const uint8_t *base = expert_base(a, ids[sel]);
+        if (!base)
+            return; /* not resident: the CPU computes it */
+        n_ff = a.n_ff;
+        gw = base + a.gate_off + (int64_t)row * a.gate_row_bytes;
+        uw = base + a.up_off + (int64_t)row * a.up_row_bytes;
+        gtype = a.gate_type;
+        utype = a.up_type;
+    } else {
+        t = sel - ntok * k;
+        rank = k;
+        n_ff = a.sh_n_ff;
+        gw = a.sh_gate + (int64_t)row * a.sh_gate_row_bytes;
+        uw = a.sh_up + (int64_t)row * a.sh_up_row_bytes;
+        gtype = a.sh_gate_type;
+        utype = a.sh_up_type;
+    }
+    if (row >= n_ff)
+        return;
+    const float *xt = x + (int64_t)t * a.n_embd;
+    float gs = tdm_warp_sum(tdm_row_dot_rt(gtype, gw, units, xt, lane));
+    float us = tdm_warp_sum(tdm_row_dot_rt(utype, uw, units, xt, lane));
+    if (lane == 0)
+        h[((int64_t)t * (k + a.has_shared) + rank) * a.h_stride + row] = tdm_silu(gs) * us;
+}
+
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+    moe_down_kernel(moe_args a, const float *__restrict__ h, const int32_t *__restrict__ ids,
+                    const float *__restrict__ wts, int k, const float *add, float *y,
+                    int accumulate)
+{
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
+    int t = blockIdx.y;
+    if (row >= a.n_embd)
+        return;
+    const float *ht = h + (int64_t)t * (k + a.has_shared) * a.h_stride;
+    float acc = 0.0f;
+    for (int r = 0; r < k; r++) {
+        const uint8_t *base = expert_base(a, ids[(int64_t)t * k + r]);
+        if (!base)
+            continue;
+        const uint8_t *dw = base + a.down_off + (int64_t)row * a.down_row_bytes;
+        acc += wts[(int64_t)t * k + r] *
+               tdm_row_dot_rt(a.down_type, dw, a.units_ff, ht + (int64_t)r * a.h_stride, lane);
+    }
+    if (a.has_shared) {
+        float sg = a.sh_logit ? tdm_sigmoid(a.sh_logit[t]) : 1.0f;
+        const uint8_t *dw = a.sh_down + (int64_t)row * a.sh_down_row_bytes;
+        acc += sg * tdm_row_dot_rt(a.sh_down_type, dw, a.sh_units_ff,
+                                   ht + (int64_t)k * a.h_stride, lane);
+    }
+    acc = tdm_warp_sum(acc);
+    if (lane == 0) {
+        int64_t i = (int64_t)t * a.n_embd + row;
+        float v = accumulate ? y[i] : 0.0f;
+        if (add)
+            v += add[i];
+        y[i] = v + acc;
+    }
+}
+
+extern "C" int64_t tdm_gpu_moe_h_stride(const tdm_gpu_moe_layer *L)
+{
+    int64_t s = L->n_ff;
+    if (L->shared && L->shared->n_ff > s)
+        s = L->shared->n_ff;
+    return s;
+}
+
+static tdm_status row_bytes_of(tdm_qtype t, int64_t n, const char *what, int64_t *rb,
+                               tdm_error *err)
+{
+    int blk, bytes;
+    if (!tdm_gpu_qt_geometry(t, &blk, &bytes))
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "gpu moe: %s type %s has no GPU kernel",
+                             what, tdm_qtype_name(t));
+    TDM_REQUIRE(err, n > 0 && n % blk == 0 && n <= INT32_MAX,
+                "gpu moe: %s row of %lld is not a multiple of the %s block (%d)", what,
+                (long long)n, tdm_qtype_name(t), blk);
+    *rb = n / blk * bytes;
+    return TDM_OK;
+}
+
+#define MOE_CHECK(call)                                                                      \
+    do {                                                                                     \
+        tdm_status s_ = (call);                                                              \
+        if (s_ != TDM_OK)                                                                    \
+            return s_;                                                                       \
+    } while (0)
+
+static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t k, moe_args *a,
+                              tdm_error *err)
+{
+    TDM_REQUIRE(err, L && L->table && L->table->slot_of && L->table->arena,
+                "gpu moe: missing layer or expert table");
+    const tdm_gpu_expert_table *tb = L->table;
+    TDM_REQUIRE(err, tb->n_expert > 0 && tb->n_expert <= INT32_MAX && L->layer >= 0,
+                "gpu moe: n_expert=%lld layer=%lld", (long long)tb->n_expert, (long long)L->layer);
+    TDM_REQUIRE(err, k >= 1 && k <= tb->n_expert && ntok >= 1 && ntok * (k + 1) <= 65535,
+                "gpu moe: ntok=%lld k=%lld (at most 65535 selections per launch)",
+                (long long)ntok, (long long)k);
+    memset(a, 0, sizeof *a);
+    a->slot_of = tb->slot_of + L->layer * tb->n_expert;
+    a->n_expert = (int32_t)tb->n_expert;
+    a->arena = (const uint8_t *)tb->arena;
+    a->slot_bytes = (int64_t)tb->slot_bytes;
+    a->gate_off = (int64_t)tb->gate_off;
+    a->up_off = (int64_t)tb->up_off;
+    a->down_off = (int64_t)tb->down_off;
+    a->gate_type = L->gate_type;
+    a->up_type = L->up_type;
+    a->down_type = L->down_type;
+    MOE_CHECK(row_bytes_of(L->gate_type, L->n_embd, "gate", &a->gate_row_bytes, err));
+    MOE_CHECK(row_bytes_of(L->up_type, L->n_embd, "up", &a->up_row_bytes, err));
+    MOE_CHECK(row_bytes_of(L->down_type, L->n_ff, "down", &a->down_row_bytes, err));
+    TDM_REQUIRE(err, L->n_ff % 8 == 0 && L->n_embd % 8 == 0, "gpu moe: n_ff/n_embd not multiples of 8");
+    a->n_embd = (int)L->n_embd;
+    a->n_ff = (int)L->n_ff;
+    a->units_embd = (int)(L->n_embd / 8);
+    a->units_ff = (int)(L->n_ff / 8);
+    a->h_stride = tdm_gpu_moe_h_stride(L);
+    const tdm_gpu_shared_expert *sh = L->shared;
+    if (sh) {
+        TDM_REQUIRE(err, sh->gate && sh->up && sh->down, "gpu moe: shared expert weights NULL");
+        a->has_shared = 1;
+        a->sh_gate = (const uint8_t *)sh->gate;
+        a->sh_up = (const uint8_t *)sh->up;
+        a->sh_down = (const uint8_t *)sh->down;
+        a->sh_gate_type = sh->gate_type;
+        a->sh_up_type = sh->up_type;
+        a->sh_down_type = sh->down_type;
+        MOE_CHECK(row_bytes_of(sh->gate_type, L->n_embd, "shared gate", &a->sh_gate_row_bytes, err));
+        MOE_CHECK(row_bytes_of(sh->up_type, L->n_embd, "shared up", &a->sh_up_row_bytes, err));
+        MOE_CHECK(row_bytes_of(sh->down_type, sh->n_ff, "shared down", &a->sh_down_row_bytes, err));
+        a->sh_n_ff = (int)sh->n_ff;
+        a->sh_units_ff = (int)(sh->n_ff / 8);
+        a->sh_logit = sh->gate_logit;
+    }
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
+                                          const int32_t *ids, int64_t ntok, int64_t k, float *h,
+                                          tdm_error *err)
+{
+    moe_args a;
+    MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
+    TDM_REQUIRE(err, x && ids && h, "gpu moe_gate_up: NULL argument");
+    TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu moe_gate_up: x must be 16-byte aligned");
+    int64_t max_ff = a.h_stride;
+    dim3 grid(tdm_cdiv(max_ff, MOE_WARPS), (unsigned)(ntok * (k + a.has_shared)));
+    moe_gate_up_kernel<<<grid, MOE_WARPS * 32, 0, g->stream>>>(a, x, ids, (int)k, (int)ntok, h);
+    TDM_LAUNCHED(err, "moe_gate_up_kernel");
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *h,
+                                       const int32_t *ids, const float *weights, int64_t ntok,
+                                       int64_t k, const float *add, float *y, bool accumulate,
+                                       tdm_error *err)
+{
+    moe_args a;
+    MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
+    TDM_REQUIRE(err, h && ids && weights && y, "gpu moe_down: NULL argument");
+    TDM_REQUIRE(err, ((uintptr_t)h & 15) == 0 && a.h_stride % 4 == 0,
+                "gpu moe_down: h must be 16-byte aligned with a stride multiple of 4");
+    dim3 grid(tdm_cdiv(a.n_embd, MOE_WARPS), (unsigned)ntok);
+    moe_down_kernel<<<grid, MOE_WARPS * 32, 0, g->stream>>>(a, h, ids, weights, (int)k, add, y,
+                                                           accumulate ? 1 : 0);
+    TDM_LAUNCHED(err, "moe_down_kernel");
+    return TDM_OK;
+}

@@ -1,0 +1,109 @@
+/* gpu_norm: norms, rope and the q/gate split (models.md §1.2, §1.4, §3.4). */
+#include "gpu_norm.cuh"
+
+/* One block per row. gate == NULL: plain RMSNorm; else times silu(gate). */
+__global__ void __launch_bounds__(NORM_THREADS)
+    rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w,
+                   const float *__restrict__ z, float *y, int64_t n, int64_t stride, float eps)
+{
+    __shared__ float red[32];
+    const float *xr = x + blockIdx.x * stride;
+    float *yr = y + blockIdx.x * stride;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        ss += xr[i] * xr[i];
+    ss = tdm_block_sum(ss, red);
+    float r = rsqrtf(ss / (float)n + eps);
+    const float *zr = z ? z + blockIdx.x * stride : NULL;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = w[i] * (xr[i] * r);
+        if (zr)
+            v *= tdm_silu(zr[i]);
+        yr[i] = v;
+    }
+}
+
+extern "C" tdm_status tdm_gpu_rmsnorm(tdm_gpu *g, const float *x, const float *w, float *y,
+                                      int64_t n_rows, int64_t n, int64_t stride, float eps,
+                                      tdm_error *err)
+{
+    TDM_REQUIRE(err, x && w && y, "gpu rmsnorm: NULL argument");
+    TDM_REQUIRE(err, n_rows > 0 && n_rows <= INT32_MAX && n > 0 && stride >= n,
+                "gpu rmsnorm: bad shape rows=%lld n=%lld stride=%lld", (long long)n_rows,
+                (long long)n, (long long)stride);
+    rmsnorm_kernel<<<(unsigned)n_rows, NORM_THREADS, 0, g->stream>>>(x, w, NULL, y, n, stride, eps);
+    TDM_LAUNCHED(err, "rmsnorm_kernel");
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_rmsnorm_gated(tdm_gpu *g, const float *x, const float *z,
+                                            const float *w, float *y, int64_t n_rows, int64_t n,
+                                            float eps, tdm_error *err)
+{
+    TDM_REQUIRE(err, x && z && w && y, "gpu rmsnorm_gated: NULL argument");
+    TDM_REQUIRE(err, n_rows > 0 && n_rows <= INT32_MAX && n > 0,
+                "gpu rmsnorm_gated: bad shape rows=%lld n=%lld", (long long)n_rows, (long long)n);
+    rmsnorm_kernel<<<(unsigned)n_rows, NORM_THREADS, 0, g->stream>>>(x, w, z, y, n, n, eps);
+    TDM_LAUNCHED(err, "rmsnorm_kernel (gated)");
+    return TDM_OK;
+}
+
+/* One thread per (token, head, pair i < n_rot/2). */
+__global__ void rope_kernel(float *x, int64_t ntok, int64_t n_head, int64_t head_dim,
+                            int64_t tok_stride, int64_t half, float base, const int32_t *pos)
+{
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= ntok * n_head * half)
+        return;
+    int64_t i = idx % half, h = (idx / half) % n_head, t = idx / (half * n_head);
+    /* transformers: inv_freq = 1 / base^(arange(0, d, 2) / d) in float32 */
+    float inv = 1.0f / powf(base, (float)(2 * i) / (float)(2 * half));
+    float ang = (float)pos[t] * inv;
+    float c = cosf(ang), s = sinf(ang);
+    float *p = x + t * tok_stride + h * head_dim;
+    float a = p[i], b = p[i + half];
+    p[i] = a * c - b * s;
+    p[i + half] = b * c + a * s;
+}
+
+extern "C" tdm_status tdm_gpu_rope(tdm_gpu *g, float *x, int64_t ntok, int64_t n_head,
+                                   int64_t head_dim, int64_t tok_stride, int64_t n_rot, float base,
+                                   const int32_t *pos, tdm_error *err)
+{
+    TDM_REQUIRE(err, x && pos, "gpu rope: NULL argument");
+    TDM_REQUIRE(err, ntok > 0 && n_head > 0 && head_dim > 0 && tok_stride >= n_head * head_dim,
+                "gpu rope: bad shape ntok=%lld heads=%lld head_dim=%lld stride=%lld",
+                (long long)ntok, (long long)n_head, (long long)head_dim, (long long)tok_stride);
+    TDM_REQUIRE(err, n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim,
+                "gpu rope: n_rot=%lld must be even and <= head_dim %lld", (long long)n_rot,
+                (long long)head_dim);
+    TDM_REQUIRE(err, base > 0.0f, "gpu rope: base %g", (double)base);
+    int64_t n = ntok * n_head * (n_rot / 2);
+    rope_kernel<<<tdm_cdiv(n, 256), 256, 0, g->stream>>>(x, ntok, n_head, head_dim, tok_stride,
+                                                         n_rot / 2, base, pos);
+    TDM_LAUNCHED(err, "rope_kernel");
+    return TDM_OK;
+}
+
+__global__ void qgate_split_kernel(const float *__restrict__ p, float *__restrict__ q,
+                                   float *__restrict__ gate, int64_t n, int64_t head_dim)
+{
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n)
+        return;
+    int64_t th = idx / head_dim, i = idx % head_dim; /* th = token * n_head + head */
+    q[idx] = p[2 * th * head_dim + i];
+    gate[idx] = p[(2 * th + 1) * head_dim + i];
+}
+
+extern "C" tdm_status tdm_gpu_qgate_split(tdm_gpu *g, const float *p, float *q, float *gate,
+                                          int64_t ntok, int64_t n_head, int64_t head_dim,
+                                          tdm_error *err)
+{
+    TDM_REQUIRE(err, p && q && gate, "gpu qgate_split: NULL argument");
+    TDM_REQUIRE(err, ntok > 0 && n_head > 0 && head_dim > 0, "gpu qgate_split: bad shape");
+    int64_t n = ntok * n_head * head_dim;
+    qgate_split_kernel<<<tdm_cdiv(n, 256), 256, 0, g->stream>>>(p, q, gate, n, head_dim);
+    TDM_LAUNCHED(err, "qgate_split_kernel");
+    return TDM_OK;
+}
