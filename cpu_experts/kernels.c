@@ -1,0 +1,225 @@
+/* kernels: CPUID/XGETBV detection, the dispatch table and the ISA-independent
+ * entry points of kernels.h.
+ *
+ * The default ISA is the best one the CPU and OS support, chosen on first use
+ * (pthread_once). The environment variable TDM_ISA=scalar|avx2|avx512
+ * overrides it (an ISA the CPU lacks is refused with a warning and the best
+ * one is used). tdm_cpu_isa_select() switches afterwards; call it before
+ * starting threads (the table is plain data, read without locks).
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "kernels_impl.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define TDM_X86 1
+#endif
+
+typedef struct cpu_features {
+    bool avx2;   /* AVX2 + FMA + F16C, OS saves YMM state */
+    bool avx512; /* F + BW + VL + DQ, OS saves opmask/ZMM state */
+    bool vnni;   /* AVX512_VNNI */
+} cpu_features;
+
+static cpu_features g_cpu;
+static tdm_cpu_isa g_isa = TDM_ISA_SCALAR;
+static tdm_kernel_table g_table;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_feat_once = PTHREAD_ONCE_INIT;
+
+static const char *const k_isa_names[TDM_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+
+#ifdef TDM_X86
+static uint64_t read_xcr0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static cpu_features detect_features(void)
+{
+    cpu_features f = {false, false, false};
+#ifdef TDM_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return f;
+    bool osxsave = c & (1u << 27), avx = c & (1u << 28), fma = c & (1u << 12),
+         f16c = c & (1u << 29);
+    if (!osxsave || !avx)
+        return f;
+    uint64_t xcr0 = read_xcr0();
+    bool ymm_state = (xcr0 & 0x6) == 0x6;            /* SSE + AVX state */
+    bool zmm_state = ymm_state && (xcr0 & 0xE0) == 0xE0; /* opmask, ZMM_Hi256, Hi16_ZMM */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return f;
+    f.avx2 = ymm_state && fma && f16c && (b & (1u << 5));
+    bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));
+    f.avx512 = f.avx2 && zmm_state && avx512;
+    f.vnni = f.avx512 && (c & (1u << 11));
+#endif
+    return f;
+}
+
+static void detect_once(void)
+{
+    g_cpu = detect_features();
+}
+
+static bool isa_supported(tdm_cpu_isa isa)
+{
+    pthread_once(&g_feat_once, detect_once);
+    switch (isa) {
+    case TDM_ISA_SCALAR: return true;
+    case TDM_ISA_AVX2: return g_cpu.avx2;
+    case TDM_ISA_AVX512: return g_cpu.avx512;
+    default: return false;
+    }
+}
+
+/* Each slot comes from the most specific table that fills it. */
+static void fill_table(tdm_cpu_isa isa)
+{
+    const tdm_kernel_table *chain[4];
+    int nc = 0;
+    if (isa == TDM_ISA_AVX512) {
+        if (g_cpu.vnni)
+            chain[nc++] = &tdm_kernels_avx512_vnni;
+        chain[nc++] = &tdm_kernels_avx512;
+    }
+    if (isa >= TDM_ISA_AVX2)
+        chain[nc++] = &tdm_kernels_avx2;
+    chain[nc++] = &tdm_kernels_scalar;
+    for (int t = 0; t < TDM_Q_COUNT; t++) {
+        g_table.quant[t] = NULL;
+        g_table.dot[t] = NULL;
+        for (int i = nc - 1; i >= 0; i--) {
+            if (chain[i]->quant[t])
+                g_table.quant[t] = chain[i]->quant[t];
+            if (chain[i]->dot[t])
+                g_table.dot[t] = chain[i]->dot[t];
+        }
+    }
+    g_isa = isa;
+}
+
+static void init_once(void)
+{
+    tdm_cpu_isa isa = tdm_cpu_isa_detect();
+    const char *env = getenv("TDM_ISA");
+    if (env && *env) {
+        int want = -1;
+        for (int i = 0; i < TDM_ISA_COUNT; i++)
+            if (strcmp(env, k_isa_names[i]) == 0)
+                want = i;
+        if (want < 0)
+            tdm_log(TDM_LOG_WARN, "TDM_ISA=%s is not one of scalar|avx2|avx512; using %s", env,
+                    k_isa_names[isa]);
+        else if (!isa_supported((tdm_cpu_isa)want))
+            tdm_log(TDM_LOG_WARN, "TDM_ISA=%s: this CPU lacks it; using %s", env, k_isa_names[isa]);
+        else
+            isa = (tdm_cpu_isa)want;
+    }
+    fill_table(isa);
+}
+
+static inline const tdm_kernel_table *table(void)
+{
+    pthread_once(&g_once, init_once);
+    return &g_table;
+}
+
+tdm_cpu_isa tdm_cpu_isa_detect(void)
+{
+    pthread_once(&g_feat_once, detect_once);
+    return g_cpu.avx512 ? TDM_ISA_AVX512 : g_cpu.avx2 ? TDM_ISA_AVX2 : TDM_ISA_SCALAR;
+}
+
+tdm_status tdm_cpu_isa_select(tdm_cpu_isa isa, tdm_error *err)
+{
+    table();
+    if ((int)isa < 0 || isa >= TDM_ISA_COUNT)
+        return tdm_error_set(err, TDM_ERR_INVALID, "cpu isa: unknown id %d", (int)isa);
+    if (!isa_supported(isa))
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "cpu isa: this CPU lacks %s",
+                             k_isa_names[isa]);
+    fill_table(isa);
+    return TDM_OK;
+}
+
+tdm_cpu_isa tdm_cpu_isa_active(void)
+{
+    table();
+    return g_isa;
+}
+
+const char *tdm_cpu_isa_name(tdm_cpu_isa isa)
+{
+    return (int)isa >= 0 && isa < TDM_ISA_COUNT ? k_isa_names[isa] : "?";
+}
+
+/* The activation format of weight type wt, or -1 when wt cannot be dotted. */
+static int act_type(tdm_qtype wt)
+{
+    const tdm_qtype_info *q = tdm_qtype_get((uint32_t)wt);
+    if (!q || !q->dequant || !tdm_kernels_scalar.dot[wt])
+        return -1;
+    return (int)q->vec_dot_type;
+}
+
+size_t tdm_act_row_bytes(tdm_qtype wt, int64_t n)
+{
+    switch (act_type(wt)) {
+    case TDM_Q_F32: return (size_t)n * sizeof(float);
+    case TDM_Q_Q8_0: return (size_t)(n / 32) * TDM_ACT_Q8_0;
+    case TDM_Q_Q8_1: return (size_t)(n / 32) * TDM_ACT_Q8_1;
+    case TDM_Q_Q8_K: return (size_t)(n / 256) * TDM_ACT_Q8_K;
+    default: return 0;
+    }
+}
+
+void tdm_act_quantize(tdm_qtype wt, const float *x, void *xq, int64_t n)
+{
+    int at = act_type(wt);
+    if (at < 0) {
+        tdm_log(TDM_LOG_ERROR, "tdm_act_quantize: no CPU kernel for type %s", tdm_qtype_name(wt));
+        abort(); /* a caller bug: types are validated when the model is loaded */
+    }
+    table()->quant[at](x, xq, n);
+}
+
+float tdm_vec_dot(tdm_qtype wt, int64_t n, const void *w, const void *xq)
+{
+    return table()->dot[wt](n, w, xq);
+}
+
+/* Rows are taken in tiles that stay in L1/L2 while every token passes over
+ * them, so a prompt reads each weight row from DRAM once. */
+void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, int64_t r0,
+                     int64_t r1, const void *xq, size_t xq_stride, int64_t ntok, float *y,
+                     size_t y_stride)
+{
+    tdm_vec_dot_fn dot = table()->dot[wt];
+    size_t row_bytes = tdm_qtype_row_bytes(wt, n);
+    int64_t tile = row_bytes ? (int64_t)(32768 / row_bytes) : 1;
+    if (tile < 1)
+        tile = 1;
+    if (ntok == 1)
+        tile = r1 - r0;
+    const uint8_t *wb = w, *xb = xq;
+    for (int64_t rt = r0; rt < r1; rt += tile) {
+        int64_t re = rt + tile < r1 ? rt + tile : r1;
+        for (int64_t t = 0; t < ntok; t++) {
+            const void *xt = xb + (size_t)t * xq_stride;
+            float *yt = y + (size_t)t * y_stride;
+            for (int64_t r = rt; r < re; r++)
+                yt[r] = dot(n, wb + (size_t)r * w_stride, xt);
+        }
+    }
+}
