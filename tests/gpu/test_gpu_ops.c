@@ -1,0 +1,462 @@
+/* test_gpu_ops: norms, RoPE, q/gate split, KV store + attention (decode and
+ * prefill, GQA, gated), DeltaNet conv + recurrence (decode steps and the
+ * sequential prefill) and the router, each against a float64 host reference
+ * on fresh random data with NaN-poisoned outputs and odd sizes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "gpu_testutil.h"
+
+static double *dalloc(size_t n)
+{
+    double *p = calloc(n, sizeof(double));
+    assert_non_null(p);
+    return p;
+}
+
+static float *frand(size_t n, float scale)
+{
+    float *p = malloc(n * sizeof(float));
+    assert_non_null(p);
+    rand_floats(p, n, scale);
+    return p;
+}
+
+/* ---------------- RMSNorm ---------------- */
+static void run_rmsnorm(int64_t rows, int64_t n, int64_t stride, bool gated)
+{
+    float *x = frand(rows * stride, 2.0f), *w = frand(n, 1.0f), *z = frand(rows * n, 3.0f);
+    double *ref = dalloc(rows * stride);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * (gated ? n : stride);
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++)
+            ss += (double)xr[i] * xr[i];
+        double s = 1.0 / sqrt(ss / n + 1e-6);
+        for (int64_t i = 0; i < n; i++) {
+            double v = w[i] * (xr[i] * s);
+            if (gated) {
+                double zz = z[r * n + i];
+                v *= zz / (1.0 + exp(-zz));
+            }
+            ref[r * (gated ? n : stride) + i] = v;
+        }
+    }
+    int64_t total = rows * (gated ? n : stride);
+    float *dx = dev_upload(x, sizeof(float) * total), *dw = dev_upload(w, sizeof(float) * n);
+    float *dz = dev_upload(z, sizeof(float) * rows * n), *dy = dev_poisoned(total);
+    if (gated)
+        GPU_OK(tdm_gpu_rmsnorm_gated(g_gpu, dx, dz, dw, dy, rows, n, 1e-6f, ERR));
+    else
+        GPU_OK(tdm_gpu_rmsnorm(g_gpu, dx, dw, dy, rows, n, stride, 1e-6f, ERR));
+    float *y = dev_download_f32(dy, total);
+    /* the gap between rows (stride > n) must stay poisoned */
+    for (int64_t r = 0; r < rows && !gated; r++)
+        for (int64_t i = n; i < stride; i++) {
+            if (!isnan(y[r * stride + i]))
+                fail_msg("rmsnorm wrote outside its rows at row %lld col %lld", (long long)r,
+                         (long long)i);
+            y[r * stride + i] = 0;
+        }
+    char what[80];
+    snprintf(what, sizeof what, "%s %lldx%lld stride %lld", gated ? "rmsnorm_gated" : "rmsnorm",
+             (long long)rows, (long long)n, (long long)stride);
+    check_close(what, y, ref, NULL, total, 2e-6, 1e-6);
+    free(x), free(w), free(z), free(ref), free(y);
+    dev_free(dx), dev_free(dw), dev_free(dz), dev_free(dy);
+}
+
+static void test_rmsnorm(void **state)
+{
+    (void)state;
+    run_rmsnorm(3, 2048, 2048, false);
+    run_rmsnorm(5, 1000, 1003, false);
+    run_rmsnorm(37, 128, 256, false); /* per-head q_norm inside a wider row */
+    run_rmsnorm(1, 7, 7, false);
+    run_rmsnorm(64, 128, 128, true);
+    run_rmsnorm(3, 33, 33, true);
+}
+
+/* ---------------- RoPE ---------------- */
+static void run_rope(int64_t ntok, int64_t n_head, int64_t head_dim, int64_t stride, int64_t n_rot,
+                     float base)
+{
+    float *x = frand(ntok * stride, 1.0f);
+    int32_t *pos = malloc(sizeof(int32_t) * ntok);
+    for (int64_t t = 0; t < ntok; t++)
+        pos[t] = (int32_t)(t * 7 + rng_u64() % 5);
+    double *ref = dalloc(ntok * stride), *bound = dalloc(ntok * stride);
+    for (int64_t i = 0; i < ntok * stride; i++) {
+        ref[i] = x[i];
+        bound[i] = 1e-6;
+    }
+    int64_t half = n_rot / 2;
+    for (int64_t t = 0; t < ntok; t++)
+        for (int64_t h = 0; h < n_head; h++)
+            for (int64_t i = 0; i < half; i++) {
+                /* angles in float32 as transformers computes them */
+                float inv = 1.0f / powf(base, (float)(2 * i) / (float)n_rot);
+                float ang = (float)pos[t] * inv;
+                double c = cos((double)ang), s = sin((double)ang);
+                int64_t o = t * stride + h * head_dim;
+                double a = x[o + i], b = x[o + i + half];
+                ref[o + i] = a * c - b * s;
+                ref[o + i + half] = b * c + a * s;
+                /* one ulp of inv_freq moves the angle by ~pos * 6e-8 */
+                double tol = 2e-6 + 1.2e-7 * pos[t];
+                bound[o + i] = bound[o + i + half] = tol * (fabs(a) + fabs(b)) + 1e-6;
+            }
+    float *dx = dev_upload(x, sizeof(float) * ntok * stride);
+    int32_t *dp = dev_upload(pos, sizeof(int32_t) * ntok);
+    GPU_OK(tdm_gpu_rope(g_gpu, dx, ntok, n_head, head_dim, stride, n_rot, base, dp, ERR));
+    float *y = dev_download_f32(dx, ntok * stride);
+    char what[80];
+    snprintf(what, sizeof what, "rope %lldx%lldx%lld rot %lld", (long long)ntok, (long long)n_head,
+             (long long)head_dim, (long long)n_rot);
+    check_close(what, y, ref, bound, ntok * stride, 0, 0);
+    free(x), free(pos), free(ref), free(bound), free(y);
+    dev_free(dx), dev_free(dp);
+}
+
+static void test_rope(void **state)
+{
+    (void)state;
+    run_rope(5, 32, 128, 32 * 128, 128, 1e6f);        /* Qwen3-MoE: full rotation */
+    run_rope(3, 16, 256, 16 * 256 + 40, 64, 1e7f);    /* Qwen3.5: partial, padded rows */
+    run_rope(17, 3, 32, 96, 8, 1e7f);                 /* micro model */
+}
+
+static void test_qgate_split(void **state)
+{
+    (void)state;
+    int64_t ntok = 3, nh = 5, hd = 40, n = ntok * nh * hd;
+    float *p = frand(2 * n, 1.0f);
+    float *dp = dev_upload(p, sizeof(float) * 2 * n), *dq = dev_poisoned(n), *dg = dev_poisoned(n);
+    GPU_OK(tdm_gpu_qgate_split(g_gpu, dp, dq, dg, ntok, nh, hd, ERR));
+    float *q = dev_download_f32(dq, n), *gt = dev_download_f32(dg, n);
+    for (int64_t t = 0; t < ntok; t++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t i = 0; i < hd; i++) {
+                int64_t o = (t * nh + h) * hd + i, src = (t * nh + h) * 2 * hd + i;
+                assert_true(q[o] == p[src]);
+                assert_true(gt[o] == p[src + hd]);
+            }
+    free(p), free(q), free(gt);
+    dev_free(dp), dev_free(dq), dev_free(dg);
+}
+
+/* ---------------- KV store + attention ---------------- */
+static float h16(float v) { return tdm_fp16_to_fp32(tdm_fp32_to_fp16(v)); }
+
+static void run_attention(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ctx, int64_t pos0,
+                          int64_t ntok, bool gated)
+{
+    int64_t total = pos0 + ntok, kvw = n_kv * hd;
+    /* all K/V rows 0..total-1; rows before pos0 are stored by an earlier call */
+    float *k = frand(total * kvw, 1.0f), *v = frand(total * kvw, 1.0f);
+    float *q = frand(ntok * n_head * hd, 1.0f), *gate = frand(ntok * n_head * hd, 2.0f);
+    float scale = 1.0f / sqrtf((float)hd);
+    double *ref = dalloc(ntok * n_head * hd), *bound = dalloc(ntok * n_head * hd);
+    double *sc = dalloc(total);
+    for (int64_t t = 0; t < ntok; t++)
+        for (int64_t h = 0; h < n_head; h++) {
+            int64_t g = h / (n_head / n_kv), nk = pos0 + t + 1;
+            const float *qh = q + (t * n_head + h) * hd;
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < nk; j++) {
+                double s = 0;
+                for (int64_t i = 0; i < hd; i++)
+                    s += (double)qh[i] * scale * h16(k[j * kvw + g * hd + i]);
+                sc[j] = s;
+                mx = fmax(mx, s);
+            }
+            for (int64_t j = 0; j < nk; j++)
+                sum += (sc[j] = exp(sc[j] - mx));
+            for (int64_t i = 0; i < hd; i++) {
+                double o = 0, a = 0;
+                for (int64_t j = 0; j < nk; j++) {
+                    double vv = h16(v[j * kvw + g * hd + i]);
+                    o += sc[j] / sum * vv;
+                    a += sc[j] / sum * fabs(vv);
+                }
+                int64_t oi = (t * n_head + h) * hd + i;
+                if (gated)
+                    o /= 1.0 + exp(-(double)gate[oi]);
+                ref[oi] = o;
+                bound[oi] = 2e-5 * a + 2e-6;
+            }
+        }
+    uint16_t *kc = dev_alloc(2 * n_kv * n_ctx * hd), *vc = dev_alloc(2 * n_kv * n_ctx * hd);
+    GPU_OK(tdm_gpu_memset(g_gpu, kc, 0xFF, 2 * n_kv * n_ctx * hd, ERR)); /* NaN halves */
+    GPU_OK(tdm_gpu_memset(g_gpu, vc, 0xFF, 2 * n_kv * n_ctx * hd, ERR));
+    float *dk = dev_upload(k, sizeof(float) * total * kvw), *dv = dev_upload(v, sizeof(float) * total * kvw);
+    if (pos0 > 0)
+        GPU_OK(tdm_gpu_kv_store(g_gpu, dk, dv, kvw, kc, vc, n_kv, hd, n_ctx, 0, pos0, ERR));
+    GPU_OK(tdm_gpu_kv_store(g_gpu, dk + pos0 * kvw, dv + pos0 * kvw, kvw, kc, vc, n_kv, hd, n_ctx,
+                            pos0, ntok, ERR));
+    /* the cache holds exactly the fp16 of every stored value */
+    uint16_t *hk = malloc(2 * n_kv * n_ctx * hd);
+    GPU_OK(tdm_gpu_sync(g_gpu, ERR));
+    GPU_OK(tdm_gpu_download(g_gpu, hk, kc, 2 * n_kv * n_ctx * hd, ERR));
+    for (int64_t j = 0; j < total; j++)
+        for (int64_t g = 0; g < n_kv; g++)
+            for (int64_t i = 0; i < hd; i++)
+                assert_int_equal(hk[(g * n_ctx + j) * hd + i], tdm_fp32_to_fp16(k[j * kvw + g * hd + i]));
+    float *dq = dev_upload(q, sizeof(float) * ntok * n_head * hd);
+    float *dg = dev_upload(gate, sizeof(float) * ntok * n_head * hd);
+    float *dout = dev_poisoned(ntok * n_head * hd);
+    GPU_OK(tdm_gpu_attention(g_gpu, dq, kc, vc, gated ? dg : NULL, dout, ntok, n_head, n_kv, hd,
+                             n_ctx, pos0, scale, ERR));
+    float *o = dev_download_f32(dout, ntok * n_head * hd);
+    char what[96];
+    snprintf(what, sizeof what, "attention %lldq/%lldkv hd %lld pos0 %lld ntok %lld%s",
+             (long long)n_head, (long long)n_kv, (long long)hd, (long long)pos0, (long long)ntok,
+             gated ? " gated" : "");
+    check_close(what, o, ref, bound, ntok * n_head * hd, 0, 0);
+    free(k), free(v), free(q), free(gate), free(ref), free(bound), free(sc), free(hk), free(o);
+    dev_free(kc), dev_free(vc), dev_free(dk), dev_free(dv), dev_free(dq), dev_free(dg), dev_free(dout);
+}
+
+static void test_attention(void **state)
+{
+    (void)state;
+    run_attention(32, 4, 128, 300, 0, 37, false);  /* Qwen3-MoE prefill */
+    run_attention(32, 4, 128, 300, 37, 1, false);  /* then decode */
+    run_attention(16, 2, 256, 200, 150, 1, true);  /* Qwen3.5 gated decode, long context */
+    run_attention(16, 2, 256, 64, 5, 9, true);     /* prefill continuing a cache */
+    run_attention(4, 2, 16, 40, 0, 23, false);     /* micro qwen3moe */
+    run_attention(6, 3, 80, 50, 3, 3, true);       /* head_dim not a multiple of 32 */
+    run_attention(2, 1, 512, 20, 0, 2, false);
+}
+
+/* ---------------- DeltaNet ---------------- */
+static void ref_conv(const float *u, const float *w, double *st, double *y, int64_t ntok,
+                     int64_t ch, int64_t K)
+{
+    for (int64_t t = 0; t < ntok; t++)
+        for (int64_t c = 0; c < ch; c++) {
+            double s = w[c * K + K - 1] * (double)u[t * ch + c];
+            for (int64_t i = 0; i < K - 1; i++)
+                s += w[c * K + i] * st[i * ch + c];
+            y[t * ch + c] = s / (1.0 + exp(-s));
+            for (int64_t i = 0; i + 1 < K - 1; i++)
+                st[i * ch + c] = st[(i + 1) * ch + c];
+            st[(K - 2) * ch + c] = u[t * ch + c];
+        }
+}
+
+static void test_ssm_conv(void **state)
+{
+    (void)state;
+    int64_t ch = 1001, K = 4, n1 = 5, n2 = 1;
+    float *u = frand((n1 + n2) * ch, 1.0f), *w = frand(ch * K, 0.5f), *st0 = frand((K - 1) * ch, 1.0f);
+    double *st = dalloc((K - 1) * ch), *ref = dalloc((n1 + n2) * ch);
+    for (int64_t i = 0; i < (K - 1) * ch; i++)
+        st[i] = st0[i];
+    ref_conv(u, w, st, ref, n1, ch, K);
+    ref_conv(u + n1 * ch, w, st, ref + n1 * ch, n2, ch, K);
+    float *du = dev_upload(u, sizeof(float) * (n1 + n2) * ch), *dw = dev_upload(w, sizeof(float) * ch * K);
+    float *dst = dev_upload(st0, sizeof(float) * (K - 1) * ch), *dy = dev_poisoned((n1 + n2) * ch);
+    GPU_OK(tdm_gpu_ssm_conv(g_gpu, du, dw, dst, dy, n1, ch, K, ERR));
+    GPU_OK(tdm_gpu_ssm_conv(g_gpu, du + n1 * ch, dw, dst, dy + n1 * ch, n2, ch, K, ERR));
+    float *y = dev_download_f32(dy, (n1 + n2) * ch), *sto = dev_download_f32(dst, (K - 1) * ch);
+    check_close("ssm_conv 1001 ch, 5 + 1 tokens", y, ref, NULL, (n1 + n2) * ch, 1e-5, 1e-6);
+    check_close("ssm_conv state", sto, st, NULL, (K - 1) * ch, 0, 0);
+    free(u), free(w), free(st0), free(st), free(ref), free(y), free(sto);
+    dev_free(du), dev_free(dw), dev_free(dst), dev_free(dy);
+}
+
+typedef struct dn_case {
+    tdm_gpu_deltanet_shape sh;
+    int64_t ntok;
+    float *qkv, *beta, *alpha, *ssm_a, *dt, *s0;
+} dn_case;
+
+static void ref_deltanet(const dn_case *c, double *S, double *o)
+{
+    const tdm_gpu_deltanet_shape *sh = &c->sh;
+    int64_t nk = sh->n_k_head, nv = sh->n_v_head, dk = sh->d_k, dv = sh->d_v;
+    int64_t width = 2 * nk * dk + nv * dv;
+    double *q = dalloc(dk), *k = dalloc(dk), *m = dalloc(dv);
+    for (int64_t t = 0; t < c->ntok; t++) {
+        const float *row = c->qkv + t * width;
+        for (int64_t j = 0; j < nv; j++) {
+            int64_t kh = sh->map == TDM_GPU_HEADS_GROUPED ? j / (nv / nk) : j % nk;
+            double qs = 0, ks = 0;
+            for (int64_t i = 0; i < dk; i++) {
+                q[i] = row[kh * dk + i];
+                k[i] = row[(nk + kh) * dk + i];
+                qs += q[i] * q[i];
+                ks += k[i] * k[i];
+            }
+            for (int64_t i = 0; i < dk; i++) {
+                q[i] = q[i] / sqrt(qs + sh->eps) / sqrt((double)dk);
+                k[i] = k[i] / sqrt(ks + sh->eps);
+            }
+            double b = 1.0 / (1.0 + exp(-(double)c->beta[t * nv + j]));
+            double xa = (double)c->alpha[t * nv + j] + c->dt[j];
+            double g = c->ssm_a[j] * (xa > 20 ? xa : log1p(exp(xa)));
+            double eg = exp(g);
+            double *Sj = S + j * dk * dv;
+            for (int64_t i = 0; i < dk * dv; i++)
+                Sj[i] *= eg;
+            for (int64_t vv = 0; vv < dv; vv++) {
+                double s = 0;
+                for (int64_t i = 0; i < dk; i++)
+                    s += Sj[i * dv + vv] * k[i];
+                m[vv] = b * (row[2 * nk * dk + j * dv + vv] - s);
+            }
+            for (int64_t i = 0; i < dk; i++)
+                for (int64_t vv = 0; vv < dv; vv++)
+                    Sj[i * dv + vv] += k[i] * m[vv];
+            for (int64_t vv = 0; vv < dv; vv++) {
+                double s = 0;
+                for (int64_t i = 0; i < dk; i++)
+                    s += Sj[i * dv + vv] * q[i];
+                o[(t * nv + j) * dv + vv] = s;
+            }
+        }
+    }
+    free(q), free(k), free(m);
+}
+
+static void run_deltanet(int64_t nk, int64_t nv, int64_t dk, int64_t dv, tdm_gpu_head_map map,
+                         int64_t ntok, bool stepwise)
+{
+    dn_case c = {{nk, nv, dk, dv, map, 1e-6f}, ntok, 0};
+    int64_t width = 2 * nk * dk + nv * dv, ssz = nv * dk * dv;
+    c.qkv = frand(ntok * width, 1.0f);
+    c.beta = frand(ntok * nv, 1.5f);
+    c.alpha = frand(ntok * nv, 1.5f);
+    c.dt = frand(nv, 0.5f);
+    c.ssm_a = malloc(sizeof(float) * nv);
+    for (int64_t j = 0; j < nv; j++)
+        c.ssm_a[j] = -expf(rng_sym());
+    c.s0 = frand(ssz, 0.1f);
+    double *S = dalloc(ssz), *o = dalloc(ntok * nv * dv);
+    for (int64_t i = 0; i < ssz; i++)
+        S[i] = c.s0[i];
+    ref_deltanet(&c, S, o);
+    float *dqkv = dev_upload(c.qkv, sizeof(float) * ntok * width);
+    float *db = dev_upload(c.beta, sizeof(float) * ntok * nv), *da = dev_upload(c.alpha, sizeof(float) * ntok * nv);
+    float *dA = dev_upload(c.ssm_a, sizeof(float) * nv), *ddt = dev_upload(c.dt, sizeof(float) * nv);
+    float *dS = dev_upload(c.s0, sizeof(float) * ssz), *dout = dev_poisoned(ntok * nv * dv);
+    if (stepwise) /* decode: one token per launch, state carried on the device */
+        for (int64_t t = 0; t < ntok; t++)
+            GPU_OK(tdm_gpu_deltanet(g_gpu, &c.sh, dqkv + t * width, db + t * nv, da + t * nv, dA,
+                                    ddt, dS, dout + t * nv * dv, 1, ERR));
+    else
+        GPU_OK(tdm_gpu_deltanet(g_gpu, &c.sh, dqkv, db, da, dA, ddt, dS, dout, ntok, ERR));
+    float *go = dev_download_f32(dout, ntok * nv * dv), *gS = dev_download_f32(dS, ssz);
+    double orms = 0, srms = 0;
+    for (int64_t i = 0; i < ntok * nv * dv; i++)
+        orms += o[i] * o[i];
+    for (int64_t i = 0; i < ssz; i++)
+        srms += S[i] * S[i];
+    orms = sqrt(orms / (ntok * nv * dv));
+    srms = sqrt(srms / ssz);
+    char what[120];
+    snprintf(what, sizeof what, "deltanet %lldk/%lldv dk %lld dv %lld %s ntok %lld %s",
+             (long long)nk, (long long)nv, (long long)dk, (long long)dv,
+             map == TDM_GPU_HEADS_GROUPED ? "grouped" : "tiled", (long long)ntok,
+             stepwise ? "decode" : "prefill");
+    check_close(what, go, o, NULL, ntok * nv * dv, 1e-4, 1e-4 * orms);
+    check_close("  state", gS, S, NULL, ssz, 1e-4, 1e-4 * srms);
+    free(c.qkv), free(c.beta), free(c.alpha), free(c.dt), free(c.ssm_a), free(c.s0);
+    free(S), free(o), free(go), free(gS);
+    dev_free(dqkv), dev_free(db), dev_free(da), dev_free(dA), dev_free(ddt), dev_free(dS), dev_free(dout);
+}
+
+static void test_deltanet(void **state)
+{
+    (void)state;
+    run_deltanet(16, 32, 128, 128, TDM_GPU_HEADS_TILED, 1, true);    /* Qwen3.5 decode */
+    run_deltanet(16, 32, 128, 128, TDM_GPU_HEADS_GROUPED, 9, false); /* Qwen3-Next prefill */
+    run_deltanet(2, 6, 128, 100, TDM_GPU_HEADS_TILED, 5, true);      /* odd d_v */
+    run_deltanet(2, 6, 128, 100, TDM_GPU_HEADS_TILED, 5, false);
+    run_deltanet(2, 4, 16, 16, TDM_GPU_HEADS_GROUPED, 13, false);    /* micro models */
+    run_deltanet(1, 2, 256, 40, TDM_GPU_HEADS_GROUPED, 3, false);
+    run_deltanet(3, 3, 32, 64, TDM_GPU_HEADS_TILED, 4, true);
+}
+
+/* ---------------- router ---------------- */
+static void run_router(int64_t ntok, int64_t E, int64_t k, bool renorm, bool ties)
+{
+    float *lg = malloc(sizeof(float) * ntok * E);
+    for (int64_t t = 0; t < ntok; t++) {
+        /* distinct logits (a shuffled ladder), so the top-k is unambiguous */
+        for (int64_t e = 0; e < E; e++)
+            lg[t * E + e] = ties ? 0.5f : 0.02f * (float)e - 3.0f;
+        for (int64_t e = E - 1; e > 0 && !ties; e--) {
+            int64_t r = (int64_t)(rng_u64() % (uint64_t)(e + 1));
+            float tmp = lg[t * E + e];
+            lg[t * E + e] = lg[t * E + r];
+            lg[t * E + r] = tmp;
+        }
+    }
+    float *dl = dev_upload(lg, sizeof(float) * ntok * E), *dw = dev_poisoned(ntok * k);
+    int32_t *di = dev_alloc(sizeof(int32_t) * ntok * k);
+    GPU_OK(tdm_gpu_memset(g_gpu, di, 0xFF, sizeof(int32_t) * ntok * k, ERR));
+    GPU_OK(tdm_gpu_router(g_gpu, dl, ntok, E, k, renorm, di, dw, ERR));
+    float *w = dev_download_f32(dw, ntok * k);
+    int32_t *ids = malloc(sizeof(int32_t) * ntok * k);
+    GPU_OK(tdm_gpu_download(g_gpu, ids, di, sizeof(int32_t) * ntok * k, ERR));
+    double *ref = dalloc(ntok * k), *p = dalloc(E);
+    char *used = calloc(E, 1);
+    for (int64_t t = 0; t < ntok; t++) {
+        double mx = -INFINITY, sum = 0, top = 0;
+        for (int64_t e = 0; e < E; e++)
+            mx = fmax(mx, lg[t * E + e]);
+        for (int64_t e = 0; e < E; e++)
+            sum += (p[e] = exp(lg[t * E + e] - mx));
+        memset(used, 0, E);
+        for (int64_t r = 0; r < k; r++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < E; e++)
+                if (!used[e] && (best < 0 || p[e] > p[best]))
+                    best = e;
+            used[best] = 1;
+            if (ids[t * k + r] != best)
+                fail_msg("router token %lld rank %lld: id %d, want %lld", (long long)t,
+                         (long long)r, ids[t * k + r], (long long)best);
+            ref[t * k + r] = p[best] / sum;
+            top += p[best] / sum;
+        }
+        for (int64_t r = 0; r < k && renorm; r++)
+            ref[t * k + r] /= top;
+    }
+    char what[80];
+    snprintf(what, sizeof what, "router E %lld k %lld ntok %lld%s%s", (long long)E, (long long)k,
+             (long long)ntok, renorm ? " renorm" : "", ties ? " ties" : "");
+    check_close(what, w, ref, NULL, ntok * k, 1e-5, 1e-9);
+    free(lg), free(w), free(ids), free(ref), free(p), free(used);
+    dev_free(dl), dev_free(dw), dev_free(di);
+}
+
+static void test_router(void **state)
+{
+    (void)state;
+    run_router(1, 128, 8, true, false);
+    run_router(7, 512, 10, true, false);
+    run_router(3, 256, 8, true, false);
+    run_router(5, 37, 3, false, false);
+    run_router(2, 64, 4, true, true); /* equal logits: lowest ids, weights 1/k */
+    tdm_error e = {0};
+    assert_int_equal(tdm_gpu_router(g_gpu, (float *)8, 1, 2000, 8, true, (int32_t *)8, (float *)8, &e),
+                     TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_qgate_split), cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_ssm_conv),  cmocka_unit_test(test_deltanet),
+        cmocka_unit_test(test_router),
+    };
+    return cmocka_run_group_tests(tests, gpu_setup, gpu_teardown);
+}

@@ -1,0 +1,244 @@
+/* test_gpu_quant: quantised matvec (1..8 tokens), dequant-to-fp16 and the
+ * cuBLAS prompt product of every supported format against a float64 host
+ * reference over tdm_dequant_row, on fresh random data, NaN-poisoned outputs,
+ * odd sizes and the real expert shapes (512x2048 gate/up, 2048x512 down).
+ *
+ * Error bounds (docs/GPU.md): the GPU dequantises exactly (bit-equal to the
+ * CPU) and keeps activations in float32, so matvec only differs by float32
+ * accumulation order: |err| <= 1e-5 * sum|w x| per element. The prompt path
+ * rounds weights and activations to fp16: |err| <= 2e-3 * sum|w x|. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "gpu_testutil.h"
+
+typedef struct problem {
+    tdm_qtype t;
+    int64_t rows, k;
+    uint8_t *w;   /* host quantised [rows][k] */
+    float *wf;    /* host dequantised */
+    void *dw;     /* device copy of w */
+} problem;
+
+static void problem_make(problem *p, tdm_qtype t, int64_t rows, int64_t k)
+{
+    p->t = t;
+    p->rows = rows;
+    p->k = k;
+    size_t rb = tdm_qtype_row_bytes(t, k);
+    p->w = malloc(rb * rows);
+    p->wf = malloc(sizeof(float) * rows * k);
+    assert_non_null(p->w);
+    assert_non_null(p->wf);
+    for (int64_t r = 0; r < rows; r++) {
+        rand_row(t, p->w + r * rb, k);
+        tdm_error e = {0};
+        assert_int_equal(tdm_dequant_row(t, p->w + r * rb, p->wf + r * k, k, &e), TDM_OK);
+    }
+    p->dw = dev_upload(p->w, rb * rows);
+}
+
+static void problem_free(problem *p)
+{
+    dev_free(p->dw);
+    free(p->w);
+    free(p->wf);
+}
+
+/* ref[t][r] = sum w x in float64, bound = tol * sum |w x| + tiny. */
+static void reference(const problem *p, const float *x, int64_t ntok, double tol, double *ref,
+                      double *bound)
+{
+    for (int64_t t = 0; t < ntok; t++)
+        for (int64_t r = 0; r < p->rows; r++) {
+            double s = 0, a = 0;
+            const float *wr = p->wf + r * p->k, *xt = x + t * p->k;
+            for (int64_t i = 0; i < p->k; i++) {
+                s += (double)wr[i] * xt[i];
+                a += fabs((double)wr[i] * xt[i]);
+            }
+            ref[t * p->rows + r] = s;
+            bound[t * p->rows + r] = tol * a + 1e-30;
+        }
+}
+
+static void run_matvec(tdm_qtype t, int64_t rows, int64_t k, int ntok, bool accumulate)
+{
+    problem p;
+    problem_make(&p, t, rows, k);
+    float *x = malloc(sizeof(float) * ntok * k);
+    rand_floats(x, (size_t)ntok * k, 1.0f);
+    double *ref = malloc(sizeof(double) * ntok * rows), *bound = malloc(sizeof(double) * ntok * rows);
+    reference(&p, x, ntok, 1e-5, ref, bound);
+    float *dx = dev_upload(x, sizeof(float) * ntok * k);
+    float *dy;
+    float *y0 = NULL;
+    if (accumulate) { /* y starts as random values that must be added to */
+        y0 = malloc(sizeof(float) * ntok * rows);
+        rand_floats(y0, (size_t)ntok * rows, 1.0f);
+        for (int64_t i = 0; i < ntok * rows; i++) {
+            ref[i] += y0[i];
+            bound[i] += 1e-6 * fabs(y0[i]);
+        }
+        dy = dev_upload(y0, sizeof(float) * ntok * rows);
+    } else {
+        dy = dev_poisoned((size_t)ntok * rows);
+    }
+    GPU_OK(tdm_gpu_matvec(g_gpu, t, p.dw, rows, k, dx, ntok, dy, accumulate, ERR));
+    float *y = dev_download_f32(dy, (size_t)ntok * rows);
+    char what[96];
+    snprintf(what, sizeof what, "matvec %s %lldx%lld ntok %d%s", tdm_qtype_name(t),
+             (long long)rows, (long long)k, ntok, accumulate ? " acc" : "");
+    check_close(what, y, ref, bound, (size_t)ntok * rows, 0, 0);
+    free(y);
+    free(y0);
+    free(x);
+    free(ref);
+    free(bound);
+    dev_free(dx);
+    dev_free(dy);
+    problem_free(&p);
+}
+
+static void test_matvec_all_types(void **state)
+{
+    (void)state;
+    for (size_t ti = 0; ti < N_GPU_TYPES; ti++) {
+        tdm_qtype t = k_gpu_types[ti];
+        int64_t blk = tdm_qtype_get(t)->block < 8 ? 8 : tdm_qtype_get(t)->block;
+        /* odd row counts (not multiples of the 4 rows per block), short and
+         * long rows (units not multiples of 32), every batch size */
+        for (int ntok = 1; ntok <= TDM_GPU_MATVEC_MAX_TOK; ntok++)
+            run_matvec(t, 37 + ntok, blk * (ntok % 3 + 1) + (blk == 8 ? 8 * 7 : 0), ntok, false);
+        run_matvec(t, 3, blk * 11, 3, true);
+    }
+}
+
+static void test_matvec_expert_shapes(void **state)
+{
+    (void)state;
+    static const tdm_qtype ts[] = {TDM_Q_Q4_K, TDM_Q_Q6_K, TDM_Q_Q8_0, TDM_Q_Q5_K, TDM_Q_IQ4_XS,
+                                   TDM_Q_MXFP4, TDM_Q_BF16};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        run_matvec(ts[i], 512, 2048, 1, false);  /* gate/up */
+        run_matvec(ts[i], 2048, 512, 1, false);  /* down */
+        run_matvec(ts[i], 512, 2048, 8, false);
+        run_matvec(ts[i], 2048, 768, 5, false);  /* Qwen3-30B-A3B down */
+    }
+}
+
+static void test_dequant_f16(void **state)
+{
+    (void)state;
+    for (size_t ti = 0; ti < N_GPU_TYPES; ti++) {
+        tdm_qtype t = k_gpu_types[ti];
+        int64_t blk = tdm_qtype_get(t)->block < 8 ? 8 : tdm_qtype_get(t)->block;
+        int64_t rows = 19, k = blk * 3;
+        problem p;
+        problem_make(&p, t, rows, k);
+        uint16_t *d16 = dev_alloc(2 * rows * k);
+        GPU_OK(tdm_gpu_memset(g_gpu, d16, 0xFF, 2 * rows * k, ERR)); /* NaN halves */
+        GPU_OK(tdm_gpu_dequant_f16(g_gpu, t, p.dw, rows, k, d16, ERR));
+        uint16_t *h16 = malloc(2 * rows * k);
+        GPU_OK(tdm_gpu_sync(g_gpu, ERR));
+        GPU_OK(tdm_gpu_download(g_gpu, h16, d16, 2 * rows * k, ERR));
+        for (int64_t i = 0; i < rows * k; i++)
+            if (h16[i] != tdm_fp32_to_fp16(p.wf[i]))
+                fail_msg("dequant_f16 %s elem %lld: 0x%04x != 0x%04x", tdm_qtype_name(t),
+                         (long long)i, h16[i], tdm_fp32_to_fp16(p.wf[i]));
+        printf("  dequant_f16 %-8s %lldx%lld bit-exact (fp16 of the exact value)\n",
+               tdm_qtype_name(t), (long long)rows, (long long)k);
+        free(h16);
+        dev_free(d16);
+        problem_free(&p);
+    }
+}
+
+static void run_matmul(tdm_qtype t, int64_t rows, int64_t k, int64_t ntok, int64_t chunk_rows)
+{
+    problem p;
+    problem_make(&p, t, rows, k);
+    float *x = malloc(sizeof(float) * ntok * k);
+    rand_floats(x, (size_t)ntok * k, 1.0f);
+    double *ref = malloc(sizeof(double) * ntok * rows), *bound = malloc(sizeof(double) * ntok * rows);
+    reference(&p, x, ntok, 2e-3, ref, bound);
+    float *dx = dev_upload(x, sizeof(float) * ntok * k);
+    float *dy = dev_poisoned((size_t)ntok * rows);
+    size_t sb = tdm_gpu_matmul_scratch_bytes(chunk_rows, k, ntok);
+    void *scratch = dev_alloc(sb);
+    GPU_OK(tdm_gpu_matmul(g_gpu, t, p.dw, rows, k, dx, ntok, dy, scratch, sb, ERR));
+    float *y = dev_download_f32(dy, (size_t)ntok * rows);
+    char what[96];
+    snprintf(what, sizeof what, "matmul %s %lldx%lld ntok %lld chunk %lld", tdm_qtype_name(t),
+             (long long)rows, (long long)k, (long long)ntok, (long long)chunk_rows);
+    check_close(what, y, ref, bound, (size_t)ntok * rows, 0, 0);
+    free(y);
+    free(x);
+    free(ref);
+    free(bound);
+    dev_free(dx);
+    dev_free(dy);
+    dev_free(scratch);
+    problem_free(&p);
+}
+
+static void test_matmul(void **state)
+{
+    (void)state;
+    for (size_t ti = 0; ti < N_GPU_TYPES; ti++) {
+        tdm_qtype t = k_gpu_types[ti];
+        int64_t blk = tdm_qtype_get(t)->block < 8 ? 8 : tdm_qtype_get(t)->block;
+        run_matmul(t, 45, blk * 2, 17, 16); /* 3 chunks, the last partial */
+    }
+    run_matmul(TDM_Q_Q4_K, 512, 2048, 64, 512);
+    run_matmul(TDM_Q_Q6_K, 2048, 512, 33, 700);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    tdm_error e = {0};
+    float *dx = dev_poisoned(4096), *dy = dev_poisoned(4096);
+    void *dw = dev_alloc(1 << 16);
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_IQ2_XXS, dw, 4, 256, dx, 1, dy, false, &e),
+                     TDM_ERR_UNSUPPORTED);
+    printf("  %s\n", e.msg);
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 300, dx, 1, dy, false, &e),
+                     TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx, 9, dy, false, &e),
+                     TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, NULL, 4, 256, dx, 1, dy, false, &e),
+                     TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx + 1, 1, dy, false, &e),
+                     TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_matmul(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx, 2, dy, dw, 16, &e),
+                     TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+    /* a CUDA failure is reported with its call site, not a crash */
+    void *huge = NULL;
+    assert_int_equal(tdm_gpu_alloc(g_gpu, (size_t)1 << 50, &huge, &e), TDM_ERR_OOM);
+    printf("  %s\n", e.msg);
+    assert_int_equal(tdm_gpu_mark(g_gpu, 99, &e), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_create(4096, &(tdm_gpu *){NULL}, &e), TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+    GPU_OK(tdm_gpu_sync(g_gpu, ERR));
+    dev_free(dx);
+    dev_free(dy);
+    dev_free(dw);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matvec_all_types),
+        cmocka_unit_test(test_matvec_expert_shapes),
+        cmocka_unit_test(test_dequant_f16),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, gpu_setup, gpu_teardown);
+}
