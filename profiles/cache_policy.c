@@ -1,0 +1,522 @@
+/* cache_policy: expert residency policies (semantics in cache_policy.h).
+ * An "item" is layer * n_expert + expert. Pools are slot ranges: all slots
+ * (global budget) or the layer's own range (per-layer budget). Victim searches
+ * are linear scans over a pool: a few thousand slots at most, no allocation. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_policy.h"
+
+#define NEVER INT64_MAX
+/* absolute part of the adaptive hysteresis: one use is never enough */
+#define ADAPT_MIN_GAP 0.5f
+
+struct tdm_cache {
+    tdm_cache_params p;            /* profile / future pointers cleared after new */
+    int32_t n_items;               /* n_layer * n_expert */
+    int32_t n_slots;
+    int32_t *slot_item;            /* [n_slots] item or -1 */
+    int32_t *resid;                /* [n_items] slot or -1 */
+    int32_t *pool_lo, *pool_hi;    /* [n_layer] slot range a layer's loads may use */
+    int32_t *layer_slots;          /* [n_layer] slots each layer holds now */
+    int64_t clock;                 /* accesses so far (LRU time) */
+    int64_t *last_use;             /* [n_items] clock of the last use, -1 never */
+    uint64_t *freq;                /* [n_items] lfu counts */
+    float *score;                  /* [n_items] adaptive decayed counts */
+    int64_t *last_adapt;           /* [n_layer] token of the layer's last adaptation */
+    float decay_every;             /* adapt_decay ^ adapt_every */
+    int64_t *next_use;             /* [n_future * k] oracle: next request index of the same item */
+    int64_t *item_next;            /* [n_items] oracle: next request of the item */
+    int32_t *future_layer;         /* [n_future] oracle copy */
+    int32_t *future_ids;           /* [n_future * k] oracle copy */
+    int64_t n_future, cursor;      /* oracle: accesses consumed */
+    tdm_cache_swap *swaps;         /* [max(k, adapt_swaps)] planned by the last access */
+    int32_t n_swaps;
+    tdm_cache_stats st;
+};
+
+static const char *const policy_names[TDM_CACHE_N_POLICIES] = {
+    "static", "layer", "adaptive", "lru", "lfu", "oracle"};
+
+const char *tdm_cache_policy_name(tdm_cache_policy p)
+{
+    return (unsigned)p < TDM_CACHE_N_POLICIES ? policy_names[p] : "?";
+}
+
+int tdm_cache_policy_parse(const char *name)
+{
+    for (int i = 0; i < TDM_CACHE_N_POLICIES; i++)
+        if (!strcmp(name, policy_names[i]))
+            return i;
+    return -1;
+}
+
+void tdm_cache_params_init(tdm_cache_params *p, tdm_cache_policy policy, int32_t n_layer,
+                           int32_t n_expert, int32_t k, int32_t n_slots)
+{
+    memset(p, 0, sizeof *p);
+    p->policy = policy;
+    p->n_layer = n_layer;
+    p->n_expert = n_expert;
+    p->k = k;
+    p->n_slots = n_slots;
+    p->adapt_every = 8;
+    p->adapt_swaps = 2;
+    p->adapt_decay = 0.98f;
+    p->adapt_hysteresis = 0.25f;
+}
+
+static tdm_status check_params(const tdm_cache_params *p, tdm_error *err)
+{
+    if ((unsigned)p->policy >= TDM_CACHE_N_POLICIES)
+        return tdm_error_set(err, TDM_ERR_INVALID, "cache: unknown policy %d", (int)p->policy);
+    if (p->n_layer <= 0 || p->n_expert <= 0 || p->k <= 0 || p->k > 64 || p->k > p->n_expert ||
+        (int64_t)p->n_layer * p->n_expert > INT32_MAX / 2)
+        return tdm_error_set(err, TDM_ERR_INVALID, "cache: bad shape %d layers x %d experts, "
+                             "k %d", p->n_layer, p->n_expert, p->k);
+    if (p->n_slots < 0)
+        return tdm_error_set(err, TDM_ERR_INVALID, "cache: n_slots %d < 0", p->n_slots);
+    if (p->adapt_every < 1 || p->adapt_swaps < 0 || p->adapt_swaps > 4096 ||
+        !(p->adapt_decay > 0 && p->adapt_decay <= 1) || !(p->adapt_hysteresis >= 0))
+        return tdm_error_set(err, TDM_ERR_INVALID, "cache: bad adaptive parameters (every %d, "
+                             "swaps %d, decay %g, hysteresis %g)", p->adapt_every, p->adapt_swaps,
+                             (double)p->adapt_decay, (double)p->adapt_hysteresis);
+    if (p->policy == TDM_CACHE_STATIC && !p->profile)
+        return tdm_error_set(err, TDM_ERR_INVALID, "cache: the static policy needs a profile");
+    if (p->profile) {
+        const tdm_model_id *id = tdm_profile_id(p->profile);
+        if (id->n_layer != p->n_layer || id->n_expert != p->n_expert || id->k != p->k)
+            return tdm_error_set(err, TDM_ERR_INVALID, "cache: the profile was made for another "
+                                 "model (%d x %d, top-%d; the cache is %d x %d, top-%d)",
+                                 id->n_layer, id->n_expert, id->k, p->n_layer, p->n_expert, p->k);
+    }
+    if (p->policy == TDM_CACHE_ORACLE && p->n_future > 0 && (!p->future_layer || !p->future_ids))
+        return tdm_error_set(err, TDM_ERR_INVALID, "cache: the oracle needs the future accesses");
+    if (p->n_future < 0)
+        return tdm_error_set(err, TDM_ERR_INVALID, "cache: n_future < 0");
+    return TDM_OK;
+}
+
+void tdm_cache_free(tdm_cache *c)
+{
+    if (!c)
+        return;
+    free(c->slot_item);
+    free(c->resid);
+    free(c->pool_lo);
+    free(c->pool_hi);
+    free(c->layer_slots);
+    free(c->last_use);
+    free(c->freq);
+    free(c->score);
+    free(c->last_adapt);
+    free(c->next_use);
+    free(c->item_next);
+    free(c->future_layer);
+    free(c->future_ids);
+    free(c->swaps);
+    free(c);
+}
+
+static void place(tdm_cache *c, int32_t slot, int32_t item)
+{
+    int32_t old = c->slot_item[slot];
+    if (old >= 0) {
+        c->resid[old] = -1;
+        c->layer_slots[old / c->p.n_expert]--;
+    }
+    c->slot_item[slot] = item;
+    if (item >= 0) {
+        c->resid[item] = slot;
+        c->layer_slots[item / c->p.n_expert]++;
+    }
+}
+
+/* Fills pools from a list of items in preference order (each item goes to
+ * the next free slot of its layer's pool). order: [n_items]. */
+static void fill_in_order(tdm_cache *c, const int32_t *order, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++) {
+        int32_t item = order[i], l = item / c->p.n_expert;
+        if (c->resid[item] >= 0)
+            continue;
+        for (int32_t s = c->pool_lo[l]; s < c->pool_hi[l]; s++)
+            if (c->slot_item[s] < 0) {
+                place(c, s, item);
+                break;
+            }
+    }
+}
+
+/* The profile's preference order for this budget: per-layer rankings
+ * interleaved (each layer fills its own pool) or the global ranking. */
+static tdm_status profile_order(tdm_cache *c, const tdm_profile *prof, int32_t *order,
+                                tdm_error *err)
+{
+    if (!c->p.per_layer) {
+        tdm_profile_rank_global(prof, order);
+        return TDM_OK;
+    }
+    int32_t ne = c->p.n_expert;
+    for (int32_t l = 0; l < c->p.n_layer; l++) {
+        tdm_status st = tdm_profile_rank_layer(prof, l, order + (size_t)l * ne, err);
+        if (st)
+            return st;
+        for (int32_t e = 0; e < ne; e++)
+            order[(size_t)l * ne + e] += l * ne;
+    }
+    return TDM_OK;
+}
+
+/* Oracle fill: the items requested first, in order of first request. */
+static int32_t first_use_order(const tdm_cache *c, int32_t *order, bool *seen)
+{
+    int32_t n = 0;
+    memset(seen, 0, (size_t)c->n_items * sizeof *seen);
+    for (int64_t f = 0; f < c->n_future * c->p.k && n < c->n_items; f++) {
+        int32_t item = c->future_layer[f / c->p.k] * c->p.n_expert + c->future_ids[f];
+        if (!seen[item]) {
+            seen[item] = true;
+            order[n++] = item;
+        }
+    }
+    return n;
+}
+
+static void set_pools(tdm_cache *c)
+{
+    int32_t nl = c->p.n_layer, ne = c->p.n_expert;
+    int32_t base = c->n_slots / nl, rem = c->n_slots % nl, s = 0;
+    for (int32_t l = 0; l < nl; l++) {
+        if (c->p.per_layer) {
+            int32_t want = base + (l < rem);
+            c->pool_lo[l] = s;
+            s += want < ne ? want : ne;
+            c->pool_hi[l] = s;
+        } else {
+            c->pool_lo[l] = 0;
+            c->pool_hi[l] = c->n_slots;
+        }
+    }
+    if (c->p.per_layer)
+        c->n_slots = s; /* layers with fewer experts than their share */
+}
+
+static tdm_status copy_future(tdm_cache *c, const tdm_cache_params *p, tdm_error *err)
+{
+    int32_t k = p->k, ne = p->n_expert;
+    size_t nf = (size_t)p->n_future;
+    c->n_future = p->n_future;
+    c->future_layer = malloc((nf ? nf : 1) * sizeof *c->future_layer);
+    c->future_ids = malloc((nf ? nf : 1) * k * sizeof *c->future_ids);
+    c->next_use = malloc((nf ? nf : 1) * k * sizeof *c->next_use);
+    if (!c->future_layer || !c->future_ids || !c->next_use)
+        return tdm_error_set(err, TDM_ERR_OOM, "cache: cannot hold %zu future accesses", nf);
+    if (nf) {
+        memcpy(c->future_layer, p->future_layer, nf * sizeof *c->future_layer);
+        memcpy(c->future_ids, p->future_ids, nf * k * sizeof *c->future_ids);
+    }
+    for (size_t a = 0; a < nf; a++) {
+        if (c->future_layer[a] < 0 || c->future_layer[a] >= p->n_layer)
+            return tdm_error_set(err, TDM_ERR_INVALID, "cache: future access %zu: layer %d out "
+                                 "of range", a, c->future_layer[a]);
+        for (int32_t i = 0; i < k; i++) {
+            int32_t e = c->future_ids[a * k + i];
+            if (e < 0 || e >= ne)
+                return tdm_error_set(err, TDM_ERR_INVALID, "cache: future access %zu: expert "
+                                     "%d out of range", a, e);
+            for (int32_t j = 0; j < i; j++)
+                if (c->future_ids[a * k + j] == e)
+                    return tdm_error_set(err, TDM_ERR_INVALID, "cache: future access %zu: "
+                                         "expert %d repeated", a, e);
+        }
+    }
+    for (int32_t i = 0; i < c->n_items; i++)
+        c->item_next[i] = NEVER;
+    for (size_t f = nf * k; f-- > 0;) {
+        int32_t item = c->future_layer[f / k] * ne + c->future_ids[f];
+        c->next_use[f] = c->item_next[item];
+        c->item_next[item] = (int64_t)f;
+    }
+    return TDM_OK;
+}
+
+static tdm_status initial_fill(tdm_cache *c, const tdm_cache_params *p, tdm_error *err)
+{
+    int32_t *order = malloc((size_t)c->n_items * sizeof *order);
+    bool *seen = malloc((size_t)c->n_items * sizeof *seen);
+    tdm_status st = TDM_OK;
+    if (!order || !seen) {
+        st = tdm_error_set(err, TDM_ERR_OOM, "cache: out of memory");
+    } else if (p->policy == TDM_CACHE_ORACLE) {
+        fill_in_order(c, order, first_use_order(c, order, seen));
+    } else if (p->profile && p->policy != TDM_CACHE_LAYER) {
+        st = profile_order(c, p->profile, order, err);
+        if (!st)
+            fill_in_order(c, order, c->n_items);
+    } else {
+        for (int32_t i = 0; i < c->n_items; i++)
+            order[i] = i;
+        fill_in_order(c, order, c->n_items);
+    }
+    free(order);
+    free(seen);
+    return st;
+}
+
+static void seed_scores(tdm_cache *c, const tdm_profile *prof)
+{
+    uint64_t tokens = prof ? tdm_profile_tokens(prof) : 0;
+    if (!tokens)
+        return;
+    float horizon = 1.0f / fmaxf(1.0f - c->p.adapt_decay, 1e-3f);
+    for (int32_t i = 0; i < c->n_items; i++) {
+        double rate = (double)tdm_profile_count(prof, i / c->p.n_expert, i % c->p.n_expert) /
+                      (double)tokens;
+        c->score[i] = (float)rate * horizon;
+    }
+}
+
+tdm_status tdm_cache_new(const tdm_cache_params *p, tdm_cache **out, tdm_error *err)
+{
+    *out = NULL;
+    tdm_status st = check_params(p, err);
+    if (st)
+        return st;
+    tdm_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return tdm_error_set(err, TDM_ERR_OOM, "cache: out of memory");
+    c->p = *p;
+    c->n_items = p->n_layer * p->n_expert;
+    c->n_slots = p->n_slots < c->n_items ? p->n_slots : c->n_items;
+    size_t ni = (size_t)c->n_items, nl = (size_t)p->n_layer, ns = c->n_slots ? c->n_slots : 1;
+    int32_t max_swaps = p->adapt_swaps > p->k ? p->adapt_swaps : p->k;
+    c->slot_item = malloc(ns * sizeof *c->slot_item);
+    c->resid = malloc(ni * sizeof *c->resid);
+    c->pool_lo = calloc(nl, sizeof *c->pool_lo);
+    c->pool_hi = calloc(nl, sizeof *c->pool_hi);
+    c->layer_slots = calloc(nl, sizeof *c->layer_slots);
+    c->last_use = malloc(ni * sizeof *c->last_use);
+    c->freq = calloc(ni, sizeof *c->freq);
+    c->score = calloc(ni, sizeof *c->score);
+    c->last_adapt = calloc(nl, sizeof *c->last_adapt);
+    c->item_next = malloc(ni * sizeof *c->item_next);
+    c->swaps = calloc((size_t)max_swaps, sizeof *c->swaps);
+    if (!c->slot_item || !c->resid || !c->pool_lo || !c->pool_hi || !c->layer_slots ||
+        !c->last_use || !c->freq || !c->score || !c->last_adapt || !c->item_next || !c->swaps) {
+        tdm_cache_free(c);
+        return tdm_error_set(err, TDM_ERR_OOM, "cache: out of memory for %zu experts", ni);
+    }
+    for (size_t i = 0; i < ns; i++)
+        c->slot_item[i] = -1;
+    for (size_t i = 0; i < ni; i++) {
+        c->resid[i] = -1;
+        c->last_use[i] = -1;
+    }
+    set_pools(c);
+    c->decay_every = powf(p->adapt_decay, (float)p->adapt_every);
+    if (p->policy == TDM_CACHE_ORACLE)
+        st = copy_future(c, p, err);
+    if (!st)
+        st = initial_fill(c, p, err);
+    if (st) {
+        tdm_cache_free(c);
+        return st;
+    }
+    if (p->policy == TDM_CACHE_ADAPTIVE)
+        seed_scores(c, p->profile);
+    c->p.profile = NULL;
+    c->p.future_layer = c->p.future_ids = NULL;
+    *out = c;
+    return TDM_OK;
+}
+
+/* ---------------------------------------------------------------- access */
+
+static void plan(tdm_cache *c, int32_t slot, int32_t item)
+{
+    int32_t ne = c->p.n_expert, old = c->slot_item[slot];
+    tdm_cache_swap *s = &c->swaps[c->n_swaps++];
+    s->slot = slot;
+    s->evict_layer = old >= 0 ? old / ne : -1;
+    s->evict_expert = old >= 0 ? old % ne : -1;
+    s->load_layer = item / ne;
+    s->load_expert = item % ne;
+    c->st.loads++;
+    c->st.evictions += old >= 0;
+    place(c, slot, item);
+}
+
+/* Chooses the slot a missed item may take in its pool, or -1 (bypass). An
+ * empty slot is taken first; otherwise the policy's victim, never one used by
+ * the current access (last_use == clock). */
+static int32_t demand_slot(const tdm_cache *c, int32_t item)
+{
+    int32_t l = item / c->p.n_expert, best = -1;
+    for (int32_t s = c->pool_lo[l]; s < c->pool_hi[l]; s++) {
+        int32_t v = c->slot_item[s];
+        if (v < 0)
+            return c->p.policy == TDM_CACHE_ORACLE && c->item_next[item] == NEVER ? -1 : s;
+        if (c->last_use[v] == c->clock && c->p.policy != TDM_CACHE_ORACLE)
+            continue;
+        int32_t b = best >= 0 ? c->slot_item[best] : -1;
+        bool better;
+        switch (c->p.policy) {
+        case TDM_CACHE_LRU:
+            better = b < 0 || c->last_use[v] < c->last_use[b];
+            break;
+        case TDM_CACHE_LFU:
+            better = b < 0 || c->freq[v] < c->freq[b] ||
+                     (c->freq[v] == c->freq[b] && c->last_use[v] < c->last_use[b]);
+            break;
+        default: /* oracle: farthest next use */
+            better = b < 0 || c->item_next[v] > c->item_next[b];
+            break;
+        }
+        if (better)
+            best = s;
+    }
+    if (best < 0)
+        return -1;
+    int32_t victim = c->slot_item[best];
+    if (c->p.policy == TDM_CACHE_LFU && c->freq[item] <= c->freq[victim])
+        return -1;
+    if (c->p.policy == TDM_CACHE_ORACLE && c->item_next[item] >= c->item_next[victim])
+        return -1;
+    return best;
+}
+
+static void adapt(tdm_cache *c, int64_t token, int32_t layer)
+{
+    int32_t ne = c->p.n_expert, base = layer * ne;
+    int64_t gap = token - c->last_adapt[layer];
+    float f = gap == c->p.adapt_every ? c->decay_every : powf(c->p.adapt_decay, (float)gap);
+    c->last_adapt[layer] = token;
+    for (int32_t e = 0; e < ne; e++)
+        c->score[base + e] *= f;
+    float h = 1.0f + c->p.adapt_hysteresis;
+    for (int32_t n = 0; n < c->p.adapt_swaps; n++) {
+        int32_t hot = -1, cold = -1;
+        for (int32_t i = base; i < base + ne; i++) {
+            if (c->resid[i] < 0) {
+                if (hot < 0 || c->score[i] > c->score[hot])
+                    hot = i;
+            } else if (c->last_use[i] != c->clock) {
+                if (cold < 0 || c->score[i] < c->score[cold])
+                    cold = i;
+            }
+        }
+        if (hot < 0 || cold < 0 || !(c->score[hot] > c->score[cold] * h + ADAPT_MIN_GAP))
+            break;
+        plan(c, c->resid[cold], hot);
+    }
+}
+
+static tdm_status check_access(const tdm_cache *c, int32_t layer, const int32_t *ids, int32_t n,
+                               tdm_error *err)
+{
+    if (layer < 0 || layer >= c->p.n_layer)
+        return tdm_error_set(err, TDM_ERR_INVALID, "cache: layer %d out of range 0..%d", layer,
+                             c->p.n_layer - 1);
+    if (n < 1 || n > c->p.k || !ids)
+        return tdm_error_set(err, TDM_ERR_INVALID, "cache: %d ids, expected 1..%d", n, c->p.k);
+    for (int32_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= c->p.n_expert)
+            return tdm_error_set(err, TDM_ERR_INVALID, "cache: layer %d: expert %d out of range "
+                                 "0..%d", layer, ids[i], c->p.n_expert - 1);
+        for (int32_t j = 0; j < i; j++)
+            if (ids[j] == ids[i])
+                return tdm_error_set(err, TDM_ERR_INVALID, "cache: layer %d: expert %d repeated",
+                                     layer, ids[i]);
+    }
+    if (c->p.policy != TDM_CACHE_ORACLE)
+        return TDM_OK;
+    if (c->cursor >= c->n_future)
+        return tdm_error_set(err, TDM_ERR_INVALID, "cache: oracle: access beyond its %lld-access "
+                             "future", (long long)c->n_future);
+    const int32_t *want = c->future_ids + c->cursor * c->p.k;
+    if (n != c->p.k || c->future_layer[c->cursor] != layer || memcmp(want, ids, n * sizeof *ids))
+        return tdm_error_set(err, TDM_ERR_INVALID, "cache: oracle: access %lld (layer %d) is not "
+                             "the one its future holds (layer %d)", (long long)c->cursor, layer,
+                             c->future_layer[c->cursor]);
+    return TDM_OK;
+}
+
+tdm_status tdm_cache_access(tdm_cache *c, int64_t token, int32_t layer, const int32_t *ids,
+                            int32_t n, uint64_t *hit_mask, int32_t *n_hits, tdm_error *err)
+{
+    tdm_status st = check_access(c, layer, ids, n, err);
+    if (st)
+        return st;
+    int32_t base = layer * c->p.n_expert, hits = 0;
+    uint64_t mask = 0;
+    c->n_swaps = 0;
+    c->clock++;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t item = base + ids[i];
+        if (c->resid[item] >= 0) {
+            mask |= 1ULL << i;
+            hits++;
+        }
+        c->last_use[item] = c->clock;
+        c->freq[item]++;
+        c->score[item] += 1.0f;
+    }
+    switch (c->p.policy) {
+    case TDM_CACHE_LRU:
+    case TDM_CACHE_LFU:
+        for (int32_t i = 0; i < n; i++) {
+            int32_t s = (mask >> i & 1) ? -1 : demand_slot(c, base + ids[i]);
+            if (s >= 0)
+                plan(c, s, base + ids[i]);
+        }
+        break;
+    case TDM_CACHE_ORACLE:
+        for (int32_t i = 0; i < n; i++) {
+            int32_t item = base + ids[i];
+            c->item_next[item] = c->next_use[c->cursor * c->p.k + i];
+            int32_t s = c->resid[item] >= 0 ? -1 : demand_slot(c, item);
+            if (s >= 0)
+                plan(c, s, item);
+        }
+        c->cursor++;
+        break;
+    case TDM_CACHE_ADAPTIVE:
+        if (token - c->last_adapt[layer] >= c->p.adapt_every)
+            adapt(c, token, layer);
+        break;
+    default:
+        break;
+    }
+    c->st.accesses += n;
+    c->st.hits += hits;
+    if (hit_mask)
+        *hit_mask = mask;
+    if (n_hits)
+        *n_hits = hits;
+    return TDM_OK;
+}
+
+int32_t tdm_cache_swaps(const tdm_cache *c, const tdm_cache_swap **swaps)
+{
+    *swaps = c->swaps;
+    return c->n_swaps;
+}
+
+int32_t tdm_cache_slot(const tdm_cache *c, int32_t layer, int32_t expert)
+{
+    if (layer < 0 || layer >= c->p.n_layer || expert < 0 || expert >= c->p.n_expert)
+        return -1;
+    return c->resid[layer * c->p.n_expert + expert];
+}
+
+const int32_t *tdm_cache_residency(const tdm_cache *c) { return c->resid; }
+int32_t tdm_cache_n_slots(const tdm_cache *c) { return c->n_slots; }
+
+int32_t tdm_cache_layer_slots(const tdm_cache *c, int32_t layer)
+{
+    return layer >= 0 && layer < c->p.n_layer ? c->layer_slots[layer] : 0;
+}
+
+void tdm_cache_get_stats(const tdm_cache *c, tdm_cache_stats *out) { *out = c->st; }
