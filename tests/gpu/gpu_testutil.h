@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "gpu.h"
+#include "qrand.h"
 #include "quant.h"
 
 /* The formats the GPU kernels support (gpu.h). */
@@ -44,56 +45,15 @@ static inline float rng_unif(void) { return (float)((rng_u64() >> 40) * (1.0 / 1
 static inline float rng_sym(void) { return 2.0f * rng_unif() - 1.0f; }                        /* [-1,1) */
 static inline float rng_normalish(void) { return rng_sym() + rng_sym() + rng_sym(); }
 
-static inline void put_h(uint8_t *p, float v)
-{
-    uint16_t h = tdm_fp32_to_fp16(v);
-    p[0] = (uint8_t)h;
-    p[1] = (uint8_t)(h >> 8);
-}
-
-/* A random finite scale of magnitude about 2^-7..2^-5, random sign. */
-static inline float rand_scale(void) { return (0.25f + rng_unif()) * (rng_u64() & 1 ? -1.0f : 1.0f) / 64.0f; }
-
-/* Fills one row of n elements of type t with random but valid data. */
+/* Fills one row of n elements of type t with random but valid data
+ * (finite scales, values of a random magnitude), through gpu_experts/qrand. */
 static inline void rand_row(tdm_qtype t, uint8_t *row, int64_t n)
 {
-    const tdm_qtype_info *qi = tdm_qtype_get(t);
-    size_t bytes = tdm_qtype_row_bytes(t, n);
-    for (size_t i = 0; i < bytes; i++)
-        row[i] = (uint8_t)rng_u64();
-    if (t == TDM_Q_F32) {
-        for (int64_t i = 0; i < n; i++) {
-            float v = rng_sym();
-            memcpy(row + 4 * i, &v, 4);
-        }
-        return;
-    }
-    if (t == TDM_Q_F16 || t == TDM_Q_BF16) {
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h = t == TDM_Q_F16 ? tdm_fp32_to_fp16(rng_sym()) : tdm_fp32_to_bf16(rng_sym());
-            row[2 * i] = (uint8_t)h;
-            row[2 * i + 1] = (uint8_t)(h >> 8);
-        }
-        return;
-    }
-    for (int64_t b = 0; b < n / qi->block; b++) {
-        uint8_t *p = row + b * qi->type_size;
-        switch (t) {
-        case TDM_Q_Q4_1: case TDM_Q_Q5_1:
-            put_h(p, fabsf(rand_scale()));
-            put_h(p + 2, rand_scale() * 8.0f);
-            break;
-        case TDM_Q_Q2_K: put_h(p + 80, fabsf(rand_scale()) / 4); put_h(p + 82, fabsf(rand_scale()) / 4); break;
-        case TDM_Q_Q3_K: put_h(p + 108, rand_scale() / 8); break;
-        case TDM_Q_Q4_K: case TDM_Q_Q5_K:
-            put_h(p, fabsf(rand_scale()) / 8);
-            put_h(p + 2, fabsf(rand_scale()) / 8);
-            break;
-        case TDM_Q_Q6_K: put_h(p + 208, rand_scale() / 32); break;
-        case TDM_Q_MXFP4: p[0] = (uint8_t)(118 + rng_u64() % 8); break; /* never 255 */
-        case TDM_Q_IQ4_XS: put_h(p, rand_scale() / 16); break;
-        default: put_h(p, rand_scale()); break; /* Q4_0, Q5_0, Q8_0, IQ4_NL: d first */
-        }
+    tdm_error e = {0};
+    float sigma = 0.05f * (float)(1u << (rng_u64() % 5)) / 4.0f;
+    if (tdm_qrand_fill(t, row, n / tdm_qtype_get(t)->block, sigma, rng_u64(), &e) != TDM_OK) {
+        fprintf(stderr, "rand_row: %s\n", e.msg);
+        abort();
     }
 }
 

@@ -1,0 +1,271 @@
+/* gpu_kernels: decode matvec bandwidth per weight format at expert and
+ * attention shapes, and one fused MoE layer, against the device-to-device
+ * copy bandwidth measured in the same run. Weights are rotated over a pool of
+ * several GiB of distinct random matrices, so L2 never holds them.
+ * Prints a table; writes JSON (default bench/results/gpu_kernels.json).
+ *   gpu_kernels [--out FILE] [--iters N] [--formats Q4_K,Q6_K,...] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "gpu.h"
+#include "qrand.h"
+#include "quant.h"
+
+#define CHECK(call)                                                                      \
+    do {                                                                                 \
+        tdm_status s_ = (call);                                                          \
+        if (s_ != TDM_OK) {                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, err.msg);      \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+static tdm_gpu *g;
+static tdm_error err;
+
+static int cmpf(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fills a device buffer with random blocks of type t (64 MiB host chunks). */
+static void fill_pool(tdm_qtype t, void *dst, size_t bytes, uint64_t seed)
+{
+    const tdm_qtype_info *qi = tdm_qtype_get(t);
+    size_t chunk = (64u << 20) / qi->type_size * qi->type_size;
+    uint8_t *h = malloc(chunk);
+    CHECK(tdm_qrand_fill(t, h, (int64_t)(chunk / qi->type_size), 0.02f, seed, &err));
+    for (size_t off = 0; off < bytes; off += chunk) {
+        size_t n = bytes - off < chunk ? bytes - off : chunk;
+        CHECK(tdm_gpu_upload(g, (uint8_t *)dst + off, h, n, &err));
+    }
+    free(h);
+}
+
+/* Median over reps of (time of `iters` calls of fn) / iters, in ms. */
+typedef void (*bench_fn)(void *ctx, int it);
+static float time_median(bench_fn fn, void *ctx, int iters, int reps)
+{
+    float t[16];
+    for (int w = 0; w < 3; w++)
+        fn(ctx, w);
+    for (int r = 0; r < reps; r++) {
+        CHECK(tdm_gpu_mark(g, 0, &err));
+        for (int i = 0; i < iters; i++)
+            fn(ctx, r * iters + i);
+        CHECK(tdm_gpu_mark(g, 1, &err));
+        CHECK(tdm_gpu_elapsed_ms(g, 0, 1, &t[r], &err));
+        t[r] /= (float)iters;
+    }
+    CHECK(tdm_gpu_sync(g, &err));
+    qsort(t, (size_t)reps, sizeof t[0], cmpf);
+    return t[reps / 2];
+}
+
+typedef struct copy_ctx { void *a, *b; size_t bytes; } copy_ctx;
+static void copy_fn(void *c, int it)
+{
+    copy_ctx *x = c;
+    CHECK(tdm_gpu_copy(g, it & 1 ? x->a : x->b, it & 1 ? x->b : x->a, x->bytes, &err));
+}
+
+typedef struct mv_ctx {
+    tdm_qtype t;
+    const uint8_t *pool;
+    size_t mat_bytes;
+    int64_t n_mats, rows, k;
+    const float *x;
+    float *y;
+    int ntok;
+} mv_ctx;
+static void mv_fn(void *c, int it)
+{
+    mv_ctx *m = c;
+    const uint8_t *w = m->pool + (size_t)(it % m->n_mats) * m->mat_bytes;
+    CHECK(tdm_gpu_matvec(g, m->t, w, m->rows, m->k, m->x, m->ntok, m->y, false, &err));
+}
+
+typedef struct moe_ctx {
+    tdm_gpu_moe_layer L;
+    const float *x;
+    const int32_t *ids; /* [n_sets][k] */
+    const float *w;
+    float *h, *y;
+    int k, n_sets;
+} moe_ctx;
+static void moe_fn(void *c, int it)
+{
+    moe_ctx *m = c;
+    const int32_t *ids = m->ids + (size_t)(it % m->n_sets) * m->k;
+    const float *w = m->w + (size_t)(it % m->n_sets) * m->k;
+    CHECK(tdm_gpu_moe_gate_up(g, &m->L, m->x, ids, 1, m->k, m->h, &err));
+    CHECK(tdm_gpu_moe_down(g, &m->L, m->h, ids, w, 1, m->k, NULL, m->y, true, &err));
+}
+
+static const struct { const char *name; int64_t rows, k; } k_shapes[] = {
+    {"expert gate/up 512x2048", 512, 2048},
+    {"expert down 2048x512", 2048, 512},
+    {"q30b expert 768x2048", 768, 2048},
+    {"attn q+gate 8192x2048", 8192, 2048},
+    {"attn out 2048x4096", 2048, 4096},
+    {"lm head 248320x2048", 248320, 2048},
+};
+
+int main(int argc, char **argv)
+{
+    const char *out = "bench/results/gpu_kernels.json", *formats = NULL;
+    int iters = 200;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            out = argv[++i];
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+            iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--formats") && i + 1 < argc)
+            formats = argv[++i];
+        else {
+            fprintf(stderr, "usage: gpu_kernels [--out FILE] [--iters N] [--formats A,B]\n");
+            return 2;
+        }
+    }
+    CHECK(tdm_gpu_create(0, &g, &err));
+    tdm_gpu_info info;
+    CHECK(tdm_gpu_query(g, &info, &err));
+    printf("device %s, %d SMs, L2 %zu MiB, %.1f GiB free\n", info.name, info.sm_count,
+           info.l2_bytes >> 20, info.mem_free / 1073741824.0);
+    cJSON *root = cJSON_CreateObject(), *rows = cJSON_CreateArray();
+    cJSON_AddStringToObject(root, "device", info.name);
+    cJSON_AddNumberToObject(root, "sm_count", info.sm_count);
+    cJSON_AddNumberToObject(root, "timestamp", (double)time(NULL));
+
+    /* copy ceiling: 1 GiB device-to-device, bytes read + written */
+    copy_ctx cc = {NULL, NULL, (size_t)1 << 30};
+    CHECK(tdm_gpu_alloc(g, cc.bytes, &cc.a, &err));
+    CHECK(tdm_gpu_alloc(g, cc.bytes, &cc.b, &err));
+    CHECK(tdm_gpu_memset(g, cc.a, 0x5A, cc.bytes, &err));
+    float tc = time_median(copy_fn, &cc, 10, 7);
+    double copy_gbs = 2.0 * cc.bytes / (tc * 1e-3) / 1e9;
+    printf("device copy: %.0f GB/s (read + write, 1 GiB, median of 7)\n", copy_gbs);
+    cJSON_AddNumberToObject(root, "copy_gbs", copy_gbs);
+    tdm_gpu_release(g, cc.a);
+    tdm_gpu_release(g, cc.b);
+
+    size_t pool_bytes = (size_t)2 << 30;
+    void *pool;
+    CHECK(tdm_gpu_alloc(g, pool_bytes, &pool, &err));
+    float *x, *y;
+    CHECK(tdm_gpu_alloc(g, sizeof(float) * 8 * 8192, (void **)&x, &err));
+    CHECK(tdm_gpu_alloc(g, sizeof(float) * 8 * 248320, (void **)&y, &err));
+    CHECK(tdm_gpu_fill_f32(g, x, 0.37f, 8 * 8192, &err));
+
+    char table[32768];
+    int tl = snprintf(table, sizeof table, "%-8s %-26s %5s %10s %9s %7s\n", "format", "shape",
+                      "ntok", "us/call", "GB/s", "%copy");
+    for (uint32_t t = 0; t < TDM_Q_COUNT; t++) {
+        if (!tdm_gpu_type_supported((tdm_qtype)t))
+            continue;
+        const char *name = tdm_qtype_name(t);
+        if (formats && !strstr(formats, name))
+            continue;
+        const tdm_qtype_info *qi = tdm_qtype_get(t);
+        fill_pool((tdm_qtype)t, pool, pool_bytes / qi->type_size * qi->type_size, 1234 + t);
+        for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++) {
+            for (int ntok = 1; ntok <= 8; ntok += 7) {
+                mv_ctx m = {(tdm_qtype)t, pool, tdm_qtype_row_bytes((tdm_qtype)t, k_shapes[s].k) * k_shapes[s].rows,
+                            0, k_shapes[s].rows, k_shapes[s].k, x, y, ntok};
+                m.n_mats = (int64_t)(pool_bytes / m.mat_bytes);
+                if (m.n_mats < 1)
+                    continue;
+                int it = m.mat_bytes > (64u << 20) ? 10 : iters;
+                float ms = time_median(mv_fn, &m, it, 5);
+                double gbs = m.mat_bytes / (ms * 1e-3) / 1e9;
+                tl += snprintf(table + tl, sizeof table - tl, "%-8s %-26s %5d %10.2f %9.0f %6.0f%%\n",
+                               name, k_shapes[s].name, ntok, ms * 1e3, gbs, 100 * gbs / copy_gbs);
+                cJSON *r = cJSON_CreateObject();
+                cJSON_AddStringToObject(r, "format", name);
+                cJSON_AddStringToObject(r, "shape", k_shapes[s].name);
+                cJSON_AddNumberToObject(r, "rows", (double)m.rows);
+                cJSON_AddNumberToObject(r, "k", (double)m.k);
+                cJSON_AddNumberToObject(r, "ntok", ntok);
+                cJSON_AddNumberToObject(r, "us", ms * 1e3);
+                cJSON_AddNumberToObject(r, "gbs", gbs);
+                cJSON_AddNumberToObject(r, "frac_of_copy", gbs / copy_gbs);
+                cJSON_AddItemToArray(rows, r);
+            }
+        }
+    }
+    cJSON_AddItemToObject(root, "matvec", rows);
+
+    /* one Qwen3.5-35B-A3B MoE layer, decode: 8 of 256 resident experts,
+     * Q4_K gate/up, Q6_K down, shared expert, random routing each call */
+    {
+        int64_t E = 256, D = 2048, F = 512, k = 8, n_sets = 512;
+        size_t gb = tdm_qtype_row_bytes(TDM_Q_Q4_K, D) * F, db = tdm_qtype_row_bytes(TDM_Q_Q6_K, F) * D;
+        size_t slot = 2 * gb + db;
+        /* every slot: gate | up (Q4_K) | down (Q6_K), valid random blocks */
+        uint8_t *hg = malloc(gb), *hd = malloc(db);
+        int32_t *slot_of = malloc(sizeof(int32_t) * E), *ids = malloc(sizeof(int32_t) * n_sets * k);
+        float *w = malloc(sizeof(float) * n_sets * k);
+        for (int64_t e = 0; e < E; e++) {
+            slot_of[e] = (int32_t)e;
+            CHECK(tdm_qrand_fill(TDM_Q_Q4_K, hg, (int64_t)(gb / 144), 0.02f, 2 * e, &err));
+            CHECK(tdm_qrand_fill(TDM_Q_Q6_K, hd, (int64_t)(db / 210), 0.02f, 2 * e + 1, &err));
+            CHECK(tdm_gpu_upload(g, (uint8_t *)pool + e * slot, hg, gb, &err));
+            CHECK(tdm_gpu_upload(g, (uint8_t *)pool + e * slot + gb, hg, gb, &err));
+            CHECK(tdm_gpu_upload(g, (uint8_t *)pool + e * slot + 2 * gb, hd, db, &err));
+        }
+        uint64_t s = 42;
+        for (int64_t i = 0; i < n_sets; i++)
+            for (int64_t r = 0; r < k; r++) {
+                s = tdm_qrand_mix(s, (uint64_t)i);
+                ids[i * k + r] = (int32_t)((s >> 20) % (uint64_t)E);
+                w[i * k + r] = 0.125f;
+            }
+        void *dslot, *dids, *dw, *dh, *dsh;
+        CHECK(tdm_gpu_alloc(g, sizeof(int32_t) * E, &dslot, &err));
+        CHECK(tdm_gpu_upload(g, dslot, slot_of, sizeof(int32_t) * E, &err));
+        CHECK(tdm_gpu_alloc(g, sizeof(int32_t) * n_sets * k, &dids, &err));
+        CHECK(tdm_gpu_upload(g, dids, ids, sizeof(int32_t) * n_sets * k, &err));
+        CHECK(tdm_gpu_alloc(g, sizeof(float) * n_sets * k, &dw, &err));
+        CHECK(tdm_gpu_upload(g, dw, w, sizeof(float) * n_sets * k, &err));
+        CHECK(tdm_gpu_alloc(g, sizeof(float) * (k + 1) * F, &dh, &err));
+        CHECK(tdm_gpu_alloc(g, slot, &dsh, &err));
+        CHECK(tdm_gpu_copy(g, dsh, pool, slot, &err));
+        tdm_gpu_expert_table tab = {dslot, E, pool, slot, 0, gb, 2 * gb};
+        tdm_gpu_shared_expert sh = {dsh, (uint8_t *)dsh + gb, (uint8_t *)dsh + 2 * gb,
+                                    TDM_Q_Q4_K, TDM_Q_Q4_K, TDM_Q_Q6_K, F, NULL};
+        moe_ctx m = {{&tab, 0, TDM_Q_Q4_K, TDM_Q_Q4_K, TDM_Q_Q6_K, D, F, &sh}, x, dids, dw, dh, y,
+                     (int)k, (int)n_sets};
+        float ms = time_median(moe_fn, &m, iters, 5);
+        double bytes = (double)(k + 1) * slot, gbs = bytes / (ms * 1e-3) / 1e9;
+        tl += snprintf(table + tl, sizeof table - tl,
+                       "fused MoE layer (Qwen3.5, k=8 + shared, Q4_K/Q6_K): %.1f us, %.0f GB/s, %.0f%% of copy\n",
+                       ms * 1e3, gbs, 100 * gbs / copy_gbs);
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddNumberToObject(r, "us", ms * 1e3);
+        cJSON_AddNumberToObject(r, "gbs", gbs);
+        cJSON_AddNumberToObject(r, "frac_of_copy", gbs / copy_gbs);
+        cJSON_AddItemToObject(root, "moe_layer_qwen35", r);
+        free(hg), free(hd), free(slot_of), free(ids), free(w);
+    }
+    printf("\n%s", table);
+    printf("copy ceiling %.0f GB/s\n", copy_gbs);
+    char *js = cJSON_Print(root);
+    FILE *f = fopen(out, "w");
+    if (f) {
+        fputs(js, f);
+        fclose(f);
+        printf("wrote %s\n", out);
+    } else {
+        fprintf(stderr, "cannot write %s\n", out);
+    }
+    free(js);
+    cJSON_Delete(root);
+    tdm_gpu_free(g);
+    return 0;
+}
