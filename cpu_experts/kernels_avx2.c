@@ -1,4 +1,463 @@
-/* AVX2 + FMA + F16C kernels (compiled with -mavx2 -mfma -mf16c). */
+/* AVX2 + FMA + F16C kernels (compiled with -mavx2 -mfma -mf16c).
+ *
+ * Activations: the same bytes as the scalar quantiser (float multiply, then
+ * round-half-even; see kernels_impl.h). Dots: 8-bit integer products with
+ * maddubs (u8 x s8 -> pairs of int16, no saturation possible for these value
+ * ranges), madd with the integer scales into int32 lanes, so the integer part
+ * of every block equals the scalar one; only the float accumulation order
+ * differs (8 lanes with FMA, one horizontal add at the end).
+ */
+#include <immintrin.h>
+#include <math.h>
+
 #include "kernels_impl.h"
 
-const tdm_kernel_table tdm_kernels_avx2 = {{0}};
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE int hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+INLINE float fp16(const uint8_t *p)
+{
+    return _cvtsh_ss(tdm_rd_u16(p));
+}
+
+INLINE float hmax_ps(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+INLINE __m256 abs_ps(__m256 v)
+{
+    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+}
+
+/* round-half-even(v * s) as int32: the same operations as the scalar rintf path. */
+INLINE __m256i round_mul(__m256 v, __m256 s)
+{
+    return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* Four int32x8 -> 32 int8 in element order, saturating like the scalar clamp. */
+INLINE __m256i pack_i8(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    __m256i abcd = _mm256_packs_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* ---- activation quantisation ------------------------------------------- */
+
+INLINE void quant_block32(const float *x, uint8_t *out, int q81)
+{
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        m = _mm256_max_ps(m, abs_ps(v[i]));
+    }
+    float amax = hmax_ps(m);
+    float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    __m256 s = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int i = 0; i < 4; i++)
+        q[i] = round_mul(v[i], s);
+    __m256i packed = pack_i8(q[0], q[1], q[2], q[3]);
+    _mm256_storeu_si256((__m256i *)(out + (q81 ? 4 : 2)), packed);
+    uint16_t dh = (uint16_t)_cvtss_sh(d, 0);
+    memcpy(out, &dh, 2);
+    if (q81) {
+        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        uint16_t sh = (uint16_t)_cvtss_sh(d * (float)hsum_i32(sum), 0);
+        memcpy(out + 2, &sh, 2);
+    }
+}
+
+static void quant_q8_0(const float *x, void *xq, int64_t n)
+{
+    for (int64_t b = 0; b < n / 32; b++)
+        quant_block32(x + 32 * b, (uint8_t *)xq + TDM_ACT_Q8_0 * b, 0);
+}
+
+static void quant_q8_1(const float *x, void *xq, int64_t n)
+{
+    for (int64_t b = 0; b < n / 32; b++)
+        quant_block32(x + 32 * b, (uint8_t *)xq + TDM_ACT_Q8_1 * b, 1);
+}
+
+/* The signed value of largest |x| in a 256-block, first one on ties. */
+INLINE float q8k_block_max(const float *x, float *amax_out)
+{
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < 256; i += 8)
+        m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(x + i)));
+    float amax = hmax_ps(m);
+    *amax_out = amax;
+    __m256 am = _mm256_set1_ps(amax);
+    for (int i = 0; i < 256; i += 8) {
+        int mask = _mm256_movemask_ps(_mm256_cmp_ps(abs_ps(_mm256_loadu_ps(x + i)), am, _CMP_EQ_OQ));
+        if (mask)
+            return x[i + __builtin_ctz((unsigned)mask)];
+    }
+    return 0.0f;
+}
+
+static void quant_q8_k(const float *x, void *xq, int64_t n)
+{
+    for (int64_t b = 0; b < n / 256; b++) {
+        const float *xb = x + 256 * b;
+        uint8_t *out = (uint8_t *)xq + TDM_ACT_Q8_K * b;
+        float amax, max = q8k_block_max(xb, &amax), d = 0.0f;
+        int16_t bsums[16];
+        if (amax == 0.0f) {
+            memset(out + Q8K_QS, 0, 256);
+            memset(bsums, 0, sizeof bsums);
+        } else {
+            float iscale = -127.0f / max;
+            __m256 s = _mm256_set1_ps(iscale);
+            for (int g = 0; g < 8; g++) { /* 32 values = two bsums groups */
+                __m256i q[4];
+                for (int i = 0; i < 4; i++)
+                    q[i] = round_mul(_mm256_loadu_ps(xb + 32 * g + 8 * i), s);
+                /* |round(iscale*x)| <= 127 except by one ulp at most: clamp like scalar */
+                __m256i hi = _mm256_set1_epi32(127);
+                for (int i = 0; i < 4; i++)
+                    q[i] = _mm256_min_epi32(q[i], hi);
+                _mm256_storeu_si256((__m256i *)(out + Q8K_QS + 32 * g), pack_i8(q[0], q[1], q[2], q[3]));
+                bsums[2 * g] = (int16_t)hsum_i32(_mm256_add_epi32(q[0], q[1]));
+                bsums[2 * g + 1] = (int16_t)hsum_i32(_mm256_add_epi32(q[2], q[3]));
+            }
+            d = 1.0f / iscale;
+        }
+        memcpy(out + Q8K_D, &d, 4);
+        memcpy(out + Q8K_BSUMS, bsums, sizeof bsums);
+    }
+}
+
+static void quant_f32(const float *x, void *xq, int64_t n)
+{
+    memcpy(xq, x, (size_t)n * sizeof(float));
+}
+
+/* ---- float weights ------------------------------------------------------ */
+
+INLINE __m256 load8_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
+INLINE __m256 load8_f16(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+INLINE __m256 load8_bf16(const uint8_t *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+typedef __m256 (*load8_fn)(const uint8_t *p);
+
+/* Four independent accumulators hide the FMA latency; the tail (< 8) is
+ * done one element at a time through the same loader on a padded copy. */
+INLINE float dot_float(int64_t n, const uint8_t *w, const float *x, load8_fn load, int esize)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(load(w + esize * i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(load(w + esize * (i + 8)), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load(w + esize * (i + 16)), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load(w + esize * (i + 24)), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(load(w + esize * i), _mm256_loadu_ps(x + i), a0);
+    if (i < n) {
+        uint8_t wt[32] = {0};
+        float xt[8] = {0};
+        memcpy(wt, w + esize * i, (size_t)(n - i) * esize);
+        memcpy(xt, x + i, (size_t)(n - i) * sizeof(float));
+        a1 = _mm256_fmadd_ps(load(wt), _mm256_loadu_ps(xt), a1);
+    }
+    return hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+static float dot_f32(int64_t n, const void *w, const void *x) { return dot_float(n, w, x, load8_f32, 4); }
+static float dot_f16(int64_t n, const void *w, const void *x) { return dot_float(n, w, x, load8_f16, 2); }
+static float dot_bf16(int64_t n, const void *w, const void *x) { return dot_float(n, w, x, load8_bf16, 2); }
+
+/* ---- 8-bit helpers shared by every quantised type ----------------------- */
+
+/* Pair sums of signed x times signed y as 16 int16 (|x| <= 128, |y| <= 127). */
+INLINE __m256i mul_i8_pairs(__m256i x, __m256i y)
+{
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+INLINE __m256i sum_pairs(__m256i p16)
+{
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+/* 16 packed bytes -> 32 nibbles: low nibbles are elements 0..15, high 16..31. */
+INLINE __m256i nibbles32(const uint8_t *qs)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits (little-endian u32) -> 32 bytes of 0x10 where the bit is set. */
+INLINE __m256i fifth_bits32(const uint8_t *qh)
+{
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)tdm_rd_u32(qh)),
+                                        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                          0x0101010101010101, 0));
+    __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+INLINE __m256i table16(const int8_t *t)
+{
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
+}
+
+INLINE __m256i shift_right16(__m256i v, int k)
+{
+    return _mm256_srl_epi16(v, _mm_cvtsi32_si128(k));
+}
+
+/* ---- 32-element blocks against Q8_0 / Q8_1 ------------------------------ */
+
+typedef __m256i (*w32_fn)(const uint8_t *blk);       /* weights as int8 (signed) or u8 */
+typedef float (*scale32_fn)(const uint8_t *x, const uint8_t *y);
+typedef float (*min32_fn)(const uint8_t *x, const uint8_t *y);
+
+/* signed: weights are signed int8 (use the sign trick); else unsigned 0..31. */
+INLINE float dot_blocks32(int64_t n, const uint8_t *w, int wsize, const uint8_t *y, int ysize,
+                          int yoff, w32_fn load, int is_signed, scale32_fn scale, min32_fn minterm)
+{
+    __m256 acc = _mm256_setzero_ps();
+    float macc = 0.0f;
+    for (int64_t b = 0; b < n / 32; b++, w += wsize, y += ysize) {
+        __m256i xv = load(w), yv = _mm256_loadu_si256((const __m256i *)(y + yoff));
+        __m256i p = is_signed ? mul_i8_pairs(xv, yv) : _mm256_maddubs_epi16(xv, yv);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale(w, y)), _mm256_cvtepi32_ps(sum_pairs(p)), acc);
+        if (minterm)
+            macc += minterm(w, y);
+    }
+    return hsum_ps(acc) + macc;
+}
+
+INLINE __m256i w_q4_0(const uint8_t *b) { return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8)); }
+INLINE __m256i w_q4_1(const uint8_t *b) { return nibbles32(b + 4); }
+INLINE __m256i w_q5_0(const uint8_t *b)
+{
+    return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), fifth_bits32(b + 2)), _mm256_set1_epi8(16));
+}
+INLINE __m256i w_q5_1(const uint8_t *b) { return _mm256_or_si256(nibbles32(b + 8), fifth_bits32(b + 4)); }
+INLINE __m256i w_q8_0(const uint8_t *b) { return _mm256_loadu_si256((const __m256i *)(b + 2)); }
+INLINE __m256i w_iq4_nl(const uint8_t *b) { return _mm256_shuffle_epi8(table16(tdm_kvalues_iq4nl), nibbles32(b + 2)); }
+INLINE __m256i w_mxfp4(const uint8_t *b) { return _mm256_shuffle_epi8(table16(tdm_kvalues_fp4), nibbles32(b + 1)); }
+
+INLINE float s_dxdy(const uint8_t *x, const uint8_t *y) { return fp16(x) * fp16(y); }
+INLINE float s_mxfp4(const uint8_t *x, const uint8_t *y) { return fp16(y) * tdm_e8m0_half(x[0]); }
+INLINE float m_q81(const uint8_t *x, const uint8_t *y) { return fp16(x + 2) * fp16(y + 2); }
+
+#define DOT32(name, type, load, sgn, scale, minterm, act)                                          \
+    static float name(int64_t n, const void *w, const void *y)                                   \
+    {                                                                                             \
+        return dot_blocks32(n, w, TDM_B_##type, y, TDM_ACT_##act, TDM_ACT_##act == 36 ? 4 : 2,    \
+                            load, sgn, scale, minterm);                                           \
+    }
+DOT32(dot_q4_0, Q4_0, w_q4_0, 1, s_dxdy, NULL, Q8_0)
+DOT32(dot_q4_1, Q4_1, w_q4_1, 0, s_dxdy, m_q81, Q8_1)
+DOT32(dot_q5_0, Q5_0, w_q5_0, 1, s_dxdy, NULL, Q8_0)
+DOT32(dot_q5_1, Q5_1, w_q5_1, 0, s_dxdy, m_q81, Q8_1)
+DOT32(dot_q8_0, Q8_0, w_q8_0, 1, s_dxdy, NULL, Q8_0)
+DOT32(dot_iq4_nl, IQ4_NL, w_iq4_nl, 1, s_dxdy, NULL, Q8_0)
+DOT32(dot_mxfp4, MXFP4, w_mxfp4, 1, s_mxfp4, NULL, Q8_0)
+
+/* ---- K-quants against Q8_K ---------------------------------------------- */
+
+/* Scales of 32-element chunk c for 16-element groups: int16 scale of group
+ * 2c in the low 128 bits, of group 2c+1 in the high (matches maddubs pairs). */
+INLINE __m256i group_scales(__m256i sc16, int c)
+{
+    __m256i pair = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(c));
+    return _mm256_shuffle_epi8(pair, _mm256_set_epi8(3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                                                     1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0));
+}
+
+INLINE __m256i q8k_load(const uint8_t *y, int c) { return _mm256_loadu_si256((const __m256i *)(y + Q8K_QS + 32 * c)); }
+INLINE __m256i q8k_bsums(const uint8_t *y) { return _mm256_loadu_si256((const __m256i *)(y + Q8K_BSUMS)); }
+
+/* Q4_K / Q5_K block: returns the int32 lanes of sum sc*q*y, sets the mins sum. */
+INLINE __m256i q45k_block(const uint8_t *x, const uint8_t *qs, const uint8_t *qh, const uint8_t *y, int *summs)
+{
+    uint8_t sc[8], mn[8];
+    tdm_q4k_scales(x + Q4K_SCALES, sc, mn);
+    __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
+    __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    *summs = hsum_i32(_mm256_madd_epi16(q8k_bsums(y), mins16));
+    __m256i isum = _mm256_setzero_si256(), low4 = _mm256_set1_epi8(0x0F);
+    __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : low4;
+    for (int p = 0; p < 4; p++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        if (qh) {
+            __m256i one = _mm256_set1_epi8(1);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(shift_right16(hbits, 2 * p), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(shift_right16(hbits, 2 * p + 1), one), 4));
+        }
+        __m256i p0 = _mm256_maddubs_epi16(lo, q8k_load(y, 2 * p));
+        __m256i p1 = _mm256_maddubs_epi16(hi, q8k_load(y, 2 * p + 1));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * p])));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * p + 1])));
+    }
+    return isum;
+}
+
+INLINE float dot_q45k(int64_t n, const uint8_t *w, const uint8_t *y, int bsize, int qs_off, int qh_off)
+{
+    __m256 acc = _mm256_setzero_ps();
+    float macc = 0.0f;
+    for (int64_t b = 0; b < n / 256; b++, w += bsize, y += TDM_ACT_Q8_K) {
+        int summs;
+        __m256i isum = q45k_block(w, w + qs_off, qh_off ? w + qh_off : NULL, y, &summs);
+        float dy = tdm_rd_f32(y + Q8K_D);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * dy), _mm256_cvtepi32_ps(isum), acc);
+        macc += (fp16(w + 2) * dy) * (float)summs;
+    }
+    return hsum_ps(acc) - macc;
+}
+
+static float dot_q4_k(int64_t n, const void *w, const void *y) { return dot_q45k(n, w, y, TDM_B_Q4_K, Q4K_QS, 0); }
+static float dot_q5_k(int64_t n, const void *w, const void *y) { return dot_q45k(n, w, y, TDM_B_Q5_K, Q5K_QS, Q5K_QH); }
+
+static float dot_q6_k(int64_t n, const void *w, const void *yq)
+{
+    const uint8_t *x = w, *y = yq;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F), hi2 = _mm256_set1_epi8(0x30);
+    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_Q6_K, y += TDM_ACT_Q8_K) {
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + Q6K_SCALES)));
+        /* the -32 offset through the bsums: sum sc*(q-32)*y = sum sc*q*y - 32 sum sc*bsum */
+        __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                        _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 5));
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x + Q6K_QL + 64 * h;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(x + Q6K_QH + 32 * h));
+            __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2)),
+                _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(qh, hi2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2)),
+            };
+            for (int part = 0; part < 4; part++) {
+                int c = 4 * h + part;
+                __m256i p = _mm256_maddubs_epi16(q[part], q8k_load(y, c));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
+            }
+        }
+        float d = fp16(x + Q6K_D) * tdm_rd_f32(y + Q8K_D);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* Q2_K and Q3_K share the 2-bit planes: chunk c = 4h + j holds bits 2j..2j+1
+ * of qs[32h .. 32h+31]. */
+INLINE __m256i two_bits(const uint8_t *qs, int c)
+{
+    __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (c / 4)));
+    return _mm256_and_si256(shift_right16(q, 2 * (c % 4)), _mm256_set1_epi8(3));
+}
+
+static float dot_q2_k(int64_t n, const void *w, const void *yq)
+{
+    const uint8_t *x = w, *y = yq;
+    __m256 acc = _mm256_setzero_ps();
+    float macc = 0.0f;
+    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_Q2_K, y += TDM_ACT_Q8_K) {
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + Q2K_SCALES));
+        __m128i low4 = _mm_set1_epi8(0x0F);
+        __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, low4));
+        __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), low4));
+        int summs = hsum_i32(_mm256_madd_epi16(q8k_bsums(y), mn16));
+        __m256i isum = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++) {
+            __m256i p = _mm256_maddubs_epi16(two_bits(x + Q2K_QS, c), q8k_load(y, c));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
+        }
+        float dy = tdm_rd_f32(y + Q8K_D);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * fp16(x + Q2K_D)), _mm256_cvtepi32_ps(isum), acc);
+        macc += (dy * fp16(x + Q2K_DMIN)) * (float)summs;
+    }
+    return hsum_ps(acc) - macc;
+}
+
+static float dot_q3_k(int64_t n, const void *w, const void *yq)
+{
+    const uint8_t *x = w, *y = yq;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_Q3_K, y += TDM_ACT_Q8_K) {
+        int8_t s[16];
+        tdm_q3k_scales(x + Q3K_SCALES, s);
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+        /* v = u - 4 with u = low2 | hbit<<2 in 0..7: the -4 goes through the bsums */
+        __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                        _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 2));
+        __m256i hm = _mm256_loadu_si256((const __m256i *)(x + Q3K_HMASK)), one = _mm256_set1_epi8(1);
+        for (int c = 0; c < 8; c++) {
+            __m256i hb = _mm256_and_si256(shift_right16(hm, c), one);
+            __m256i u = _mm256_or_si256(two_bits(x + Q3K_QS, c), _mm256_slli_epi16(hb, 2));
+            __m256i p = _mm256_maddubs_epi16(u, q8k_load(y, c));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
+        }
+        float d = fp16(x + Q3K_D) * tdm_rd_f32(y + Q8K_D);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float dot_iq4_xs(int64_t n, const void *w, const void *yq)
+{
+    const uint8_t *x = w, *y = yq;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i table = table16(tdm_kvalues_iq4nl);
+    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_IQ4_XS, y += TDM_ACT_Q8_K) {
+        __m256i isum = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            __m256i wv = _mm256_shuffle_epi8(table, nibbles32(x + IQ4XS_QS + 16 * ib));
+            __m256i p = mul_i8_pairs(wv, q8k_load(y, ib));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16((int16_t)tdm_iq4xs_scale(x, ib))));
+        }
+        float d = fp16(x + IQ4XS_D) * tdm_rd_f32(y + Q8K_D);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum_ps(acc);
+}
+
+const tdm_kernel_table tdm_kernels_avx2 = {
+    .quant = {[TDM_Q_F32] = quant_f32, [TDM_Q_Q8_0] = quant_q8_0, [TDM_Q_Q8_1] = quant_q8_1,
+              [TDM_Q_Q8_K] = quant_q8_k},
+    .dot = {[TDM_Q_F32] = dot_f32, [TDM_Q_F16] = dot_f16, [TDM_Q_BF16] = dot_bf16,
+            [TDM_Q_Q4_0] = dot_q4_0, [TDM_Q_Q4_1] = dot_q4_1, [TDM_Q_Q5_0] = dot_q5_0,
+            [TDM_Q_Q5_1] = dot_q5_1, [TDM_Q_Q8_0] = dot_q8_0, [TDM_Q_IQ4_NL] = dot_iq4_nl,
+            [TDM_Q_MXFP4] = dot_mxfp4, [TDM_Q_Q2_K] = dot_q2_k, [TDM_Q_Q3_K] = dot_q3_k,
+            [TDM_Q_Q4_K] = dot_q4_k, [TDM_Q_Q5_K] = dot_q5_k, [TDM_Q_Q6_K] = dot_q6_k,
+            [TDM_Q_IQ4_XS] = dot_iq4_xs},
+};
