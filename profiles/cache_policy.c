@@ -9,8 +9,6 @@
 #include "cache_policy.h"
 
 #define NEVER INT64_MAX
-/* absolute part of the adaptive hysteresis: one use is never enough */
-#define ADAPT_MIN_GAP 0.5f
 
 struct tdm_cache {
     tdm_cache_params p;            /* profile / future pointers cleared after new */
@@ -407,7 +405,7 @@ static void adapt(tdm_cache *c, int64_t token, int32_t layer)
                     cold = i;
             }
         }
-        if (hot < 0 || cold < 0 || !(c->score[hot] > c->score[cold] * h + ADAPT_MIN_GAP))
+        if (hot < 0 || cold < 0 || !(c->score[hot] > c->score[cold] * h + c->p.adapt_hysteresis))
             break;
         plan(c, c->resid[cold], hot);
     }

@@ -21,9 +21,10 @@
  *             token, seeded with the profile's per-token rate / (1 - decay)).
  *             Every adapt_every tokens, at a layer's access, up to adapt_swaps
  *             of the layer's hottest non-resident experts replace its coldest
- *             residents, each only when hot > cold * (1 + adapt_hysteresis)
- *             + 0.5 (hysteresis: near-equal experts never ping-pong). Never
- *             evicts an expert of the current access.
+ *             residents, each only when hot > cold * (1 + h) + h with
+ *             h = adapt_hysteresis (near-equal experts never ping-pong; the
+ *             additive part matters while counts are small). Never evicts an
+ *             expert of the current access.
  *   lru, lfu  demand caches: every miss is loaded, evicting the least recently
  *             / least frequently used resident of the pool (lfu: counts since
  *             creation, ties to the least recent; the miss is loaded only when
