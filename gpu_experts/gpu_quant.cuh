@@ -132,7 +132,7 @@ template <> struct QT<TDM_Q_Q5_0> {
         int n[8];
         tdm_nibbles8(b + 6, j, n);
         for (int i = 0; i < 8; i++)
-            y[i] = (float)((n[i] | (((h >> i) & 1) << 4)) - 16) * d;
+            y[i] = (float)((n[i] | (int)(((h >> i) & 1) << 4)) - 16) * d;
     }
 };
 
