@@ -124,7 +124,7 @@ void tdm_op_deltanet_recurrent(const float *q, const float *k, size_t qk_stride,
 size_t tdm_op_deltanet_ws_floats(int32_t d_k, int32_t d_v)
 {
     const size_t C = TDM_DELTANET_CHUNK;
-    return 2 * C + C * C + C * (size_t)d_v + 2 * C * (size_t)d_k;
+    return 2 * C + C * C + C * (size_t)d_v + C * (size_t)d_k;
 }
 
 /* One chunk of L <= C tokens; see forward.h and models.md §3.6.6. */
@@ -136,9 +136,8 @@ static void deltanet_chunk(const float *q, const float *k, size_t qk_stride, con
     float *G = ws;               /* [C] cumulative log-decay */
     float *eG = G + C;           /* [C] exp(G) */
     float *A = eG + C;           /* [C][C] strictly lower (k_beta . k) exp(G_t - G_s), later q.k */
-    float *U = A + C * C;        /* [C][d_v] U, then V' = U - W S */
-    float *W = U + C * d_v;      /* [C][d_k] */
-    float *KB = W + C * d_k;     /* [C][d_k] beta k */
+    float *U = A + C * C;        /* [C][d_v] V' */
+    float *KB = U + C * d_v;     /* [C][d_k] beta k */
     for (int32_t t = 0; t < L; t++) {
         G[t] = (t ? G[t - 1] : 0.0f) + g[t];
         eG[t] = expf(G[t]);
@@ -149,28 +148,25 @@ static void deltanet_chunk(const float *q, const float *k, size_t qk_stride, con
     for (int32_t t = 0; t < L; t++)
         for (int32_t s = 0; s < t; s++)
             A[(size_t)t * C + s] = dotf(KB + (size_t)t * d_k, k + s * qk_stride, d_k) * expf(G[t] - G[s]);
-    /* forward substitution: (I + A) U = beta v, (I + A) W = KB exp(G) */
+    /* V' = U - W S with U = T beta v, W = T (KB exp(G)), T = (I + A)^-1, i.e.
+     * (I + A) V' = beta v - exp(G) KB S: one forward substitution */
     for (int32_t t = 0; t < L; t++) {
-        float *Ut = U + (size_t)t * d_v, *Wt = W + (size_t)t * d_k;
-        const float *vt = v + t * v_stride;
-        for (int32_t j = 0; j < d_v; j++)
-            Ut[j] = beta[t] * vt[j];
-        for (int32_t a = 0; a < d_k; a++)
-            Wt[a] = KB[(size_t)t * d_k + a] * eG[t];
-        for (int32_t s = 0; s < t; s++) {
-            const float c = A[(size_t)t * C + s];
-            const float *Us = U + (size_t)s * d_v, *Ws = W + (size_t)s * d_k;
-            for (int32_t j = 0; j < d_v; j++)
-                Ut[j] -= c * Us[j];
-            for (int32_t a = 0; a < d_k; a++)
-                Wt[a] -= c * Ws[a];
-        }
-        /* V'_t = U_t - W_t S */
+        float *Vt = U + (size_t)t * d_v;
+        const float *vt = v + t * v_stride, *kbt = KB + (size_t)t * d_k;
+        memset(Vt, 0, (size_t)d_v * sizeof(float));
         for (int32_t a = 0; a < d_k; a++) {
-            const float wa = Wt[a];
+            const float ka = kbt[a];
             const float *Sa = S + (size_t)a * d_v;
             for (int32_t j = 0; j < d_v; j++)
-                Ut[j] -= wa * Sa[j];
+                Vt[j] += ka * Sa[j];
+        }
+        for (int32_t j = 0; j < d_v; j++)
+            Vt[j] = beta[t] * vt[j] - eG[t] * Vt[j];
+        for (int32_t s = 0; s < t; s++) {
+            const float c = A[(size_t)t * C + s];
+            const float *Vs = U + (size_t)s * d_v;
+            for (int32_t j = 0; j < d_v; j++)
+                Vt[j] -= c * Vs[j];
         }
     }
     /* O_t = exp(G_t) q_t S + sum_{s<=t} (q_t . k_s) exp(G_t - G_s) V'_s (uses the old S) */

@@ -1,0 +1,157 @@
+/* Helpers shared by the model parity tests (test_forward.c, test_model_quant.c,
+ * test_demo_parity.c): fixture paths, reading reference.json and .f32 files,
+ * logits metrics. Header-only (static) because each test is its own binary. */
+#ifndef TDM_TEST_MODEL_FIXTURES_H
+#define TDM_TEST_MODEL_FIXTURES_H
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static __attribute__((unused)) const char *fx_root(void)
+{
+    const char *r = getenv("TDM_ROOT");
+    return r && *r ? r : ".";
+}
+
+static __attribute__((unused)) int fx_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* Directory of fixture folder `name`: the full set (../shared/fixtures) when
+ * present and `full` is set, else the vendored tests/fixtures. */
+static __attribute__((unused)) void fx_dir(char *out, size_t cap, const char *name, int full)
+{
+    snprintf(out, cap, "%s/../shared/fixtures/%s", fx_root(), name);
+    if (full && fx_exists(out))
+        return;
+    snprintf(out, cap, "%s/tests/fixtures/%s", fx_root(), name);
+}
+
+static __attribute__((unused)) int fx_full_available(void)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "%s/../shared/fixtures/README.md", fx_root());
+    return fx_exists(p);
+}
+
+static __attribute__((unused)) void *fx_read(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        if (size)
+            *size = (size_t)n;
+    }
+    return buf;
+}
+
+static __attribute__((unused)) cJSON *fx_json(const char *path)
+{
+    char *txt = fx_read(path, NULL);
+    if (!txt)
+        return NULL;
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    return j;
+}
+
+/* Reads an f32 file expected to hold exactly n floats. */
+static __attribute__((unused)) float *fx_f32(const char *path, size_t n)
+{
+    size_t size = 0;
+    float *p = fx_read(path, &size);
+    if (p && size != n * sizeof(float)) {
+        fprintf(stderr, "%s: %zu bytes, expected %zu\n", path, size, n * sizeof(float));
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* int array of a JSON array; returns count (cap-limited) */
+static __attribute__((unused)) int fx_ints(const cJSON *arr, int32_t *out, int cap)
+{
+    int n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        if (n < cap)
+            out[n] = (int32_t)it->valuedouble;
+        n++;
+    }
+    return n;
+}
+
+static __attribute__((unused)) double fx_rel_l2(const float *a, const float *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static __attribute__((unused)) int fx_argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* Fraction of rows whose argmax agree. */
+static __attribute__((unused)) double fx_top1(const float *a, const float *b, int rows, int n)
+{
+    int agree = 0;
+    for (int r = 0; r < rows; r++)
+        agree += fx_argmax(a + (size_t)r * n, n) == fx_argmax(b + (size_t)r * n, n);
+    return (double)agree / rows;
+}
+
+/* Mean over rows of KL(softmax(p) || softmax(q)). */
+static __attribute__((unused)) double fx_mean_kl(const float *p, const float *q, int rows, int n)
+{
+    double total = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *a = p + (size_t)r * n, *b = q + (size_t)r * n;
+        double ma = a[0], mb = b[0];
+        for (int i = 1; i < n; i++) {
+            if (a[i] > ma) ma = a[i];
+            if (b[i] > mb) mb = b[i];
+        }
+        double sa = 0, sb = 0;
+        for (int i = 0; i < n; i++) {
+            sa += exp(a[i] - ma);
+            sb += exp(b[i] - mb);
+        }
+        double lsa = log(sa), lsb = log(sb), kl = 0;
+        for (int i = 0; i < n; i++) {
+            double lpa = a[i] - ma - lsa, lpb = b[i] - mb - lsb;
+            kl += exp(lpa) * (lpa - lpb);
+        }
+        total += kl;
+    }
+    return total / rows;
+}
+
+#endif
