@@ -27,6 +27,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -789,6 +791,8 @@ tdm_status tdm_gguf_get_f32(const tdm_gguf *g, const char *key, float *out, tdm_
     if (!read_float(e->type, g->base + e->pos, &d))
         return tdm_error_set(err, TDM_ERR_FORMAT, "key '%s': type %s, expected FLOAT32 or FLOAT64",
                              key, tdm_gguf_vtype_name(e->type));
+    if (isfinite(d) && fabs(d) > FLT_MAX) /* the conversion would be undefined behaviour */
+        return tdm_error_set(err, TDM_ERR_FORMAT, "key '%s': value %g does not fit float32", key, d);
     *out = (float)d;
     return TDM_OK;
 }
