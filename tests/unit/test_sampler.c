@@ -1,0 +1,348 @@
+/* Sampler tests: greedy = argmax, seeded reproducibility, penalties, and a
+ * chi-square test of the drawn distribution against an independent reference
+ * of temperature / top-k / top-p / min-p (which also shows that plausible
+ * wrong implementations fail the same threshold). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sampler.h"
+
+#define NV 64
+
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static double urand(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (double)(rs >> 11) * 0x1.0p-53;
+}
+
+static void random_logits(float *l, int n, double scale)
+{
+    for (int i = 0; i < n; i++) /* sum of uniforms: roughly normal, distinct values */
+        l[i] = (float)(scale * (urand() + urand() + urand() - 1.5));
+}
+
+static tdm_sampler *new_sampler(int n, tdm_sampler_params p)
+{
+    tdm_sampler *s;
+    tdm_error err;
+    if (tdm_sampler_new(n, &p, &s, &err))
+        fail_msg("sampler_new: %s", err.msg);
+    return s;
+}
+
+static tdm_sampler_params plain(float temp)
+{
+    tdm_sampler_params p = tdm_sampler_default_params();
+    p.temperature = temp;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    return p;
+}
+
+static void test_greedy_is_argmax(void **state)
+{
+    (void)state;
+    float l[1000];
+    tdm_sampler *s = new_sampler(1000, plain(0.0f));
+    for (int it = 0; it < 200; it++) {
+        random_logits(l, 1000, 10.0);
+        int best = 0;
+        for (int i = 1; i < 1000; i++)
+            if (l[i] > l[best])
+                best = i;
+        assert_int_equal(tdm_sampler_sample(s, l), best);
+    }
+    for (int i = 0; i < 1000; i++)
+        l[i] = 1.0f;
+    l[17] = l[500] = 2.0f;
+    assert_int_equal(tdm_sampler_sample(s, l), 17); /* ties: lowest id */
+    l[17] = NAN;
+    assert_int_equal(tdm_sampler_sample(s, l), 500); /* NaN counts as -inf */
+    for (int i = 0; i < 1000; i++)
+        l[i] = -INFINITY;
+    assert_int_equal(tdm_sampler_sample(s, l), 0);
+    tdm_sampler_free(s);
+}
+
+static void test_reproducible(void **state)
+{
+    (void)state;
+    float l[NV];
+    random_logits(l, NV, 3.0);
+    tdm_sampler_params p = tdm_sampler_default_params();
+    p.seed = 42;
+    tdm_sampler *a = new_sampler(NV, p), *b = new_sampler(NV, p);
+    p.seed = 43;
+    tdm_sampler *c = new_sampler(NV, p);
+    int32_t seq[500];
+    int differ = 0;
+    for (int i = 0; i < 500; i++) {
+        seq[i] = tdm_sampler_sample(a, l);
+        assert_int_equal(tdm_sampler_sample(b, l), seq[i]);
+        differ += tdm_sampler_sample(c, l) != seq[i];
+    }
+    assert_true(differ > 50);
+    tdm_sampler_reset(a); /* restarts the same sequence */
+    for (int i = 0; i < 500; i++)
+        assert_int_equal(tdm_sampler_sample(a, l), seq[i]);
+    tdm_sampler_seed(a, 42);
+    assert_int_equal(tdm_sampler_sample(a, l), seq[0]);
+    tdm_sampler_free(a);
+    tdm_sampler_free(b);
+    tdm_sampler_free(c);
+}
+
+static void test_penalties(void **state)
+{
+    (void)state;
+    float l[4] = {1.0f, 0.9f, -1.0f, -1.5f};
+    tdm_sampler_params p = plain(0.0f);
+    p.frequency_penalty = 0.1f;
+    p.penalty_last_n = 3;
+    tdm_sampler *s = new_sampler(4, p);
+    tdm_sampler_accept(s, 0);
+    assert_int_equal(tdm_sampler_sample(s, l), 0); /* 1.0 - 0.1 > 0.9 */
+    tdm_sampler_accept(s, 0);
+    assert_int_equal(tdm_sampler_sample(s, l), 1); /* 1.0 - 0.2 < 0.9 */
+    tdm_sampler_accept(s, 3);
+    tdm_sampler_accept(s, 3); /* window of 3: one 0 left */
+    assert_int_equal(tdm_sampler_sample(s, l), 0);
+    tdm_sampler_accept(s, 3); /* 0 leaves the window */
+    assert_int_equal(tdm_sampler_sample(s, l), 0);
+    tdm_sampler_accept(s, 99);  /* out of range: ignored */
+    tdm_sampler_accept(s, -1);
+    tdm_sampler_free(s);
+
+    p = plain(0.0f);
+    p.presence_penalty = 0.05f;
+    s = new_sampler(4, p);
+    tdm_sampler_accept(s, 0);
+    tdm_sampler_accept(s, 0);
+    assert_int_equal(tdm_sampler_sample(s, l), 0); /* presence counts once: 0.95 > 0.9 */
+    tdm_sampler_free(s);
+
+    p = plain(0.0f);
+    p.repeat_penalty = 2.0f;
+    s = new_sampler(4, p);
+    tdm_sampler_accept(s, 0);
+    assert_int_equal(tdm_sampler_sample(s, l), 1); /* 1.0 / 2 < 0.9 */
+    float neg[2] = {-1.0f, -1.5f};
+    tdm_sampler_free(s);
+    s = new_sampler(2, p);
+    tdm_sampler_accept(s, 0);
+    assert_int_equal(tdm_sampler_sample(s, neg), 1); /* -1 * 2 < -1.5 */
+    tdm_sampler_reset(s);                            /* history cleared */
+    assert_int_equal(tdm_sampler_sample(s, neg), 0);
+    assert_true(neg[0] == -1.0f);                    /* caller's logits untouched */
+    tdm_sampler_free(s);
+}
+
+static void test_bad_params(void **state)
+{
+    (void)state;
+    tdm_sampler *s = (tdm_sampler *)1;
+    tdm_error err;
+    tdm_sampler_params p = tdm_sampler_default_params();
+    assert_int_equal(tdm_sampler_new(0, &p, &s, &err), TDM_ERR_INVALID);
+    assert_null(s);
+    p.top_p = 0.0f;
+    assert_int_equal(tdm_sampler_new(10, &p, &s, &err), TDM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "top_p"));
+    p = tdm_sampler_default_params();
+    p.temperature = NAN;
+    assert_int_equal(tdm_sampler_new(10, &p, &s, &err), TDM_ERR_INVALID);
+    p = tdm_sampler_default_params();
+    p.penalty_last_n = -2;
+    assert_int_equal(tdm_sampler_new(10, &p, &s, &err), TDM_ERR_INVALID);
+    p = tdm_sampler_default_params();
+    p.min_p = 1.5f;
+    assert_int_equal(tdm_sampler_new(10, &p, &s, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_sampler_new(10, NULL, &s, &err), TDM_OK); /* NULL = defaults */
+    assert_int_equal(tdm_sampler_params_get(s)->top_k, 40);
+    tdm_sampler_free(s);
+}
+
+/* ---- chi-square ---- */
+
+typedef enum { REF_OK, REF_NO_TEMP, REF_TEMP_FIRST, REF_NO_TOPP } ref_kind;
+
+/* Independent reference: full sort, then the filters in the documented order. */
+static void ref_dist(const float *l, int n, const tdm_sampler_params *p, ref_kind kind, double *out)
+{
+    int idx[NV];
+    double t = kind == REF_NO_TEMP ? 1.0 : p->temperature;
+    double pre = kind == REF_TEMP_FIRST ? t : 1.0; /* wrong: filters see tempered logits */
+    for (int i = 0; i < n; i++)
+        idx[i] = i;
+    for (int i = 0; i < n; i++) /* selection sort, descending */
+        for (int j = i + 1; j < n; j++)
+            if (l[idx[j]] > l[idx[i]]) {
+                int x = idx[i];
+                idx[i] = idx[j];
+                idx[j] = x;
+            }
+    int keep = (p->top_k > 0 && p->top_k < n) ? p->top_k : n;
+    double lmax = l[idx[0]];
+    if (p->top_p < 1.0f && kind != REF_NO_TOPP) {
+        double z = 0, cum = 0;
+        for (int i = 0; i < keep; i++)
+            z += exp((l[idx[i]] - lmax) / pre);
+        for (int i = 0; i < keep; i++) {
+            cum += exp((l[idx[i]] - lmax) / pre) / z;
+            if (cum >= p->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = 0;
+    double z = 0;
+    for (int i = 0; i < keep; i++) {
+        if (p->min_p > 0 && exp((l[idx[i]] - lmax) / pre) < p->min_p)
+            continue;
+        out[idx[i]] = exp((l[idx[i]] - lmax) / t);
+        z += out[idx[i]];
+    }
+    for (int i = 0; i < n; i++)
+        out[i] /= z;
+}
+
+/* Chi-square of observed counts against probabilities e (bins with an
+ * expected count < 5 pooled). *df receives the degrees of freedom; returns
+ * INFINITY when a zero-probability token was drawn. */
+static double chi_square(const long *obs, const double *e, int n, long draws, int *df)
+{
+    double chi = 0, pool_e = 0;
+    long pool_o = 0;
+    int bins = 0;
+    for (int i = 0; i < n; i++) {
+        double ex = e[i] * (double)draws;
+        if (e[i] == 0 && obs[i] > 0)
+            return INFINITY;
+        if (ex < 5) {
+            pool_e += ex;
+            pool_o += obs[i];
+            continue;
+        }
+        chi += (obs[i] - ex) * (obs[i] - ex) / ex;
+        bins++;
+    }
+    if (pool_e >= 5) {
+        chi += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        bins++;
+    } else if (pool_o > 0 && pool_e > 0) { /* tiny pooled bin: fold it into the statistic conservatively */
+        chi += (pool_o - pool_e) * (pool_o - pool_e) / 5.0;
+    }
+    *df = bins - 1;
+    return chi;
+}
+
+/* Upper critical value at p = 1e-4 (Wilson-Hilferty). */
+static double chi_crit(int df)
+{
+    double z = 3.719, a = 2.0 / (9.0 * df);
+    return df * pow(1 - a + z * sqrt(a), 3);
+}
+
+static void run_chi(const char *name, tdm_sampler_params p, const ref_kind *wrong, int n_wrong)
+{
+    float l[NV];
+    random_logits(l, NV, 4.0);
+    tdm_sampler *s = new_sampler(NV, p);
+    long obs[NV] = {0};
+    const long draws = 100000;
+    for (long i = 0; i < draws; i++)
+        obs[tdm_sampler_sample(s, l)]++;
+    double e[NV];
+    int df;
+    ref_dist(l, NV, &p, REF_OK, e);
+    double chi = chi_square(obs, e, NV, draws, &df);
+    printf("%-28s chi2 = %8.2f  df = %2d  crit(1e-4) = %6.2f", name, chi, df, chi_crit(df > 0 ? df : 1));
+    assert_true(df >= 1);
+    assert_true(chi < chi_crit(df));
+    for (int w = 0; w < n_wrong; w++) { /* the same draws fail against a wrong model */
+        int dfw;
+        ref_dist(l, NV, &p, wrong[w], e);
+        double cw = chi_square(obs, e, NV, draws, &dfw);
+        printf("  wrong[%d] chi2 = %.3g", (int)wrong[w], cw);
+        assert_true(dfw < 1 || cw > chi_crit(dfw));
+    }
+    printf("\n");
+    tdm_sampler_free(s);
+}
+
+static void test_chi_square(void **state)
+{
+    (void)state;
+    tdm_sampler_params p = plain(1.0f);
+    p.seed = 1;
+    run_chi("temperature 1.0", p, NULL, 0);
+    p.temperature = 0.6f;
+    run_chi("temperature 0.6", p, (ref_kind[]){REF_NO_TEMP}, 1);
+    p = plain(1.5f);
+    p.top_k = 8;
+    p.seed = 2;
+    run_chi("top-k 8, temperature 1.5", p, (ref_kind[]){REF_NO_TEMP}, 1);
+    p = plain(0.8f);
+    p.top_p = 0.9f;
+    p.seed = 3;
+    run_chi("top-p 0.9, temperature 0.8", p, (ref_kind[]){REF_NO_TOPP, REF_TEMP_FIRST}, 2);
+    p = plain(1.3f);
+    p.min_p = 0.05f;
+    p.seed = 4;
+    run_chi("min-p 0.05, temperature 1.3", p, (ref_kind[]){REF_TEMP_FIRST}, 1);
+    p = plain(0.9f);
+    p.top_k = 20;
+    p.top_p = 0.95f;
+    p.min_p = 0.02f;
+    p.seed = 5;
+    run_chi("top-k 20, top-p .95, min-p .02", p, (ref_kind[]){REF_NO_TEMP}, 1);
+}
+
+/* Large vocabulary, top-p without top-k: the incremental sort path. */
+static void test_large_vocab_top_p(void **state)
+{
+    (void)state;
+    int n = 248320;
+    float *l = malloc((size_t)n * sizeof *l);
+    random_logits(l, n, 2.0);
+    l[1234] = 30.0f; /* dominant: top-p 0.5 must keep only it */
+    tdm_sampler_params p = plain(1.0f);
+    p.top_p = 0.5f;
+    tdm_sampler *s = new_sampler(n, p);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(tdm_sampler_sample(s, l), 1234);
+    l[1234] = 0.0f;
+    p.top_p = 0.999f;
+    tdm_sampler_free(s);
+    s = new_sampler(n, p);
+    for (int i = 0; i < 5; i++) { /* a flat distribution: nearly everything stays a candidate */
+        int32_t t = tdm_sampler_sample(s, l);
+        assert_true(t >= 0 && t < n);
+    }
+    tdm_sampler_free(s);
+    free(l);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_is_argmax), cmocka_unit_test(test_reproducible),
+        cmocka_unit_test(test_penalties),        cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_chi_square),       cmocka_unit_test(test_large_vocab_top_p),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
