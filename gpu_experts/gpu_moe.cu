@@ -87,21 +87,21 @@ __device__ __forceinline__ const uint8_t *expert_base(const moe_args &a, int32_t
     return slot < 0 ? NULL : a.arena + (int64_t)slot * a.slot_bytes;
 }
 
+/* Block = one row of gate and up for one selection; its warps split the row. */
 __global__ void __launch_bounds__(MOE_WARPS * 32)
     moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int32_t *__restrict__ ids,
                        int k, int ntok, float *__restrict__ h)
 {
-    int lane = threadIdx.x & 31;
-    int row = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
-    int sel = blockIdx.y, t, rank;
+    __shared__ float red[MOE_WARPS];
+    int row = blockIdx.x, sel = blockIdx.y, t, rank;
     const uint8_t *gw, *uw;
-    int gtype, utype, units = a.units_embd, n_ff;
+    int gtype, utype, n_ff;
     if (sel < ntok * k) {
         t = sel / k;
         rank = sel % k;
         const uint8_t *base = expert_base(a, ids[sel]);
         if (!base)
-            return; /* not resident: the CPU computes it */
+            return; /* not resident: the CPU computes it (uniform over the block) */
         n_ff = a.n_ff;
         gw = base + a.gate_off + (int64_t)row * a.gate_row_bytes;
         uw = base + a.up_off + (int64_t)row * a.up_row_bytes;
@@ -119,40 +119,41 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
     if (row >= n_ff)
         return;
     const float *xt = x + (int64_t)t * a.n_embd;
-    float gs = tdm_warp_sum(tdm_row_dot_rt(gtype, gw, units, xt, lane));
-    float us = tdm_warp_sum(tdm_row_dot_rt(utype, uw, units, xt, lane));
-    if (lane == 0)
+    int first = threadIdx.x, stride = MOE_WARPS * 32;
+    float gs = tdm_block_sum_nw<MOE_WARPS>(tdm_row_dot_rt(gtype, gw, a.units_embd, xt, first, stride), red);
+    float us = tdm_block_sum_nw<MOE_WARPS>(tdm_row_dot_rt(utype, uw, a.units_embd, xt, first, stride), red);
+    if (threadIdx.x == 0)
         h[((int64_t)t * (k + a.has_shared) + rank) * a.h_stride + row] = tdm_silu(gs) * us;
 }
 
+/* Block = one output row of one token; warp w takes the ranks w, w + 4, ...
+ * (the shared expert is rank k), each dot over the whole warp. */
 __global__ void __launch_bounds__(MOE_WARPS * 32)
     moe_down_kernel(moe_args a, const float *__restrict__ h, const int32_t *__restrict__ ids,
                     const float *__restrict__ wts, int k, const float *add, float *y,
                     int accumulate)
 {
-    int lane = threadIdx.x & 31;
-    int row = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
-    int t = blockIdx.y;
-    if (row >= a.n_embd)
-        return;
+    __shared__ float red[MOE_WARPS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int row = blockIdx.x, t = blockIdx.y;
     const float *ht = h + (int64_t)t * (k + a.has_shared) * a.h_stride;
     float acc = 0.0f;
-    for (int r = 0; r < k; r++) {
+    for (int r = warp; r < k; r += MOE_WARPS) {
         const uint8_t *base = expert_base(a, ids[(int64_t)t * k + r]);
         if (!base)
             continue;
         const uint8_t *dw = base + a.down_off + (int64_t)row * a.down_row_bytes;
         acc += wts[(int64_t)t * k + r] *
-               tdm_row_dot_rt(a.down_type, dw, a.units_ff, ht + (int64_t)r * a.h_stride, lane);
+               tdm_row_dot_rt(a.down_type, dw, a.units_ff, ht + (int64_t)r * a.h_stride, lane, 32);
     }
-    if (a.has_shared) {
+    if (a.has_shared && warp == k % MOE_WARPS) {
         float sg = a.sh_logit ? tdm_sigmoid(a.sh_logit[t]) : 1.0f;
         const uint8_t *dw = a.sh_down + (int64_t)row * a.sh_down_row_bytes;
         acc += sg * tdm_row_dot_rt(a.sh_down_type, dw, a.sh_units_ff,
-                                   ht + (int64_t)k * a.h_stride, lane);
+                                   ht + (int64_t)k * a.h_stride, lane, 32);
     }
-    acc = tdm_warp_sum(acc);
-    if (lane == 0) {
+    acc = tdm_block_sum_nw<MOE_WARPS>(acc, red);
+    if (threadIdx.x == 0) {
         int64_t i = (int64_t)t * a.n_embd + row;
         float v = accumulate ? y[i] : 0.0f;
         if (add)
@@ -249,8 +250,7 @@ extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L
     MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
     TDM_REQUIRE(err, x && ids && h, "gpu moe_gate_up: NULL argument");
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu moe_gate_up: x must be 16-byte aligned");
-    int64_t max_ff = a.h_stride;
-    dim3 grid(tdm_cdiv(max_ff, MOE_WARPS), (unsigned)(ntok * (k + a.has_shared)));
+    dim3 grid((unsigned)a.h_stride, (unsigned)(ntok * (k + a.has_shared)));
     moe_gate_up_kernel<<<grid, MOE_WARPS * 32, 0, g->stream>>>(a, x, ids, (int)k, (int)ntok, h);
     TDM_LAUNCHED(err, "moe_gate_up_kernel");
     return TDM_OK;
@@ -266,7 +266,7 @@ extern "C" tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, c
     TDM_REQUIRE(err, h && ids && weights && y, "gpu moe_down: NULL argument");
     TDM_REQUIRE(err, ((uintptr_t)h & 15) == 0 && a.h_stride % 4 == 0,
                 "gpu moe_down: h must be 16-byte aligned with a stride multiple of 4");
-    dim3 grid(tdm_cdiv(a.n_embd, MOE_WARPS), (unsigned)ntok);
+    dim3 grid((unsigned)a.n_embd, (unsigned)ntok);
     moe_down_kernel<<<grid, MOE_WARPS * 32, 0, g->stream>>>(a, h, ids, weights, (int)k, add, y,
                                                            accumulate ? 1 : 0);
     TDM_LAUNCHED(err, "moe_down_kernel");

@@ -19,27 +19,42 @@ extern "C" bool tdm_gpu_type_supported(tdm_qtype t)
     return tdm_gpu_qt_geometry(t, &blk, &bytes);
 }
 
-/* One warp per row; lanes stride over the row's 8-element units. */
+/* A block of MV_WARPS warps computes MV_WARPS / wpr rows; the wpr warps of
+ * a row split its units (so short and few rows still fill the GPU) and meet
+ * in shared memory. */
 template <int T, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_kernel(const uint8_t *__restrict__ w, int64_t row_bytes, int64_t rows, int units,
-                  const float *__restrict__ x, int ntok, float *__restrict__ y, int accumulate)
+                  const float *__restrict__ x, int ntok, float *__restrict__ y, int accumulate,
+                  int wpr)
 {
-    int lane = threadIdx.x & 31;
-    int64_t row = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    if (row >= rows)
-        return;
+    __shared__ float red[NT][MV_WARPS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % wpr;
+    int64_t row = (int64_t)blockIdx.x * (MV_WARPS / wpr) + warp / wpr;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++)
         acc[t] = 0.0f;
-    tdm_row_dot_lane<T, NT>(w + row * row_bytes, units, x, 8 * (int64_t)units, ntok, lane, acc);
+    if (row < rows)
+        tdm_row_dot_part<T, NT>(w + row * row_bytes, units, x, 8 * (int64_t)units, ntok,
+                                sub * 32 + lane, 32 * wpr, acc);
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        float s = tdm_warp_sum(acc[t]);
-        if (lane == 0 && t < ntok) {
-            float *dst = y + t * rows + row;
-            *dst = accumulate ? *dst + s : s;
+        acc[t] = tdm_warp_sum(acc[t]);
+        if (lane == 0)
+            red[t][warp] = acc[t];
+    }
+    __syncthreads();
+    if (lane == 0 && sub == 0 && row < rows) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < ntok) {
+                float s = 0.0f;
+                for (int i = 0; i < wpr; i++)
+                    s += red[t][warp + i];
+                float *dst = y + t * rows + row;
+                *dst = accumulate ? *dst + s : s;
+            }
         }
     }
 }
@@ -48,15 +63,17 @@ template <int T>
 static void launch_matvec(cudaStream_t st, const uint8_t *w, int64_t row_bytes, int64_t rows,
                           int units, const float *x, int ntok, float *y, int acc)
 {
-    unsigned grid = tdm_cdiv(rows, MV_WARPS);
+    /* warps per row: enough lanes that each handles a few units */
+    int wpr = units >= 4 * 32 * 2 ? 4 : units >= 2 * 32 * 2 ? 2 : 1;
+    unsigned grid = tdm_cdiv(rows, MV_WARPS / wpr);
     if (ntok == 1)
-        matvec_kernel<T, 1><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc);
+        matvec_kernel<T, 1><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc, wpr);
     else if (ntok == 2)
-        matvec_kernel<T, 2><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc);
+        matvec_kernel<T, 2><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc, wpr);
     else if (ntok <= 4)
-        matvec_kernel<T, 4><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc);
+        matvec_kernel<T, 4><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc, wpr);
     else
-        matvec_kernel<T, 8><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc);
+        matvec_kernel<T, 8><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc, wpr);
 }
 
 /* Shared argument checks of the weight-reading entry points. */

@@ -320,13 +320,16 @@ template <int T> TDM_HD void tdm_dq_unit(const uint8_t *row, int u, float *y)
     default: break;                                                                    \
     }
 
-/* Partial dot products of one weight row (this lane's units, stride 32)
- * with NT activation rows x + t * xs; the caller reduces over the warp. */
+/* Partial dot products of one weight row (units first, first + stride, ...)
+ * with NT activation rows x + t * xs; the caller reduces the partials.
+ * Unrolled by two so two units' loads are in flight at once. */
 template <int T, int NT>
-__device__ __forceinline__ void tdm_row_dot_lane(const uint8_t *row, int units, const float *x,
-                                                 int64_t xs, int ntok, int lane, float *acc)
+__device__ __forceinline__ void tdm_row_dot_part(const uint8_t *row, int units, const float *x,
+                                                 int64_t xs, int ntok, int first, int stride,
+                                                 float *acc)
 {
-    for (int u = lane; u < units; u += 32) {
+#pragma unroll 2
+    for (int u = first; u < units; u += stride) {
         float q[8];
         tdm_dq_unit<T>(row, u, q);
 #pragma unroll
@@ -344,11 +347,29 @@ __device__ __forceinline__ void tdm_row_dot_lane(const uint8_t *row, int units, 
 /* The same for a weight type known only at run time (warp-uniform switch);
  * used by the fused MoE kernels, whose three matrices may differ in type. */
 __device__ __forceinline__ float tdm_row_dot_rt(int type, const uint8_t *row, int units,
-                                                const float *x, int lane)
+                                                const float *x, int first, int stride)
 {
     float acc[1] = {0.0f};
-    TDM_QT_DISPATCH(type, (tdm_row_dot_lane<QTYPE, 1>(row, units, x, 0, 1, lane, acc)));
+    TDM_QT_DISPATCH(type, (tdm_row_dot_part<QTYPE, 1>(row, units, x, 0, 1, first, stride, acc)));
     return acc[0];
+}
+
+/* Sums v over the NW warps of the block (blockDim.x == 32 * NW); the result
+ * is valid in every thread. red: NW floats of shared memory. */
+template <int NW> __device__ __forceinline__ float tdm_block_sum_nw(float v, float *red)
+{
+    v = tdm_warp_sum(v);
+    if (NW == 1)
+        return v;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < NW; w++)
+        s += red[w];
+    return s;
 }
 
 /* Bytes of one row, and whether the GPU code handles the type. */

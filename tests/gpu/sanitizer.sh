@@ -6,6 +6,7 @@ set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 export TDM_ROOT=${TDM_ROOT:-$PWD}
+export TDM_SANITIZER=1
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -z "$CS" ]; then
     echo "compute-sanitizer not found" >&2
@@ -16,7 +17,9 @@ for t in "$BUILD"/tests/gpu/test_*; do
     [ -x "$t" ] || continue
     case "$(basename "$t")" in test_gpu_dequant) continue ;; esac # host only, no kernels
     for tool in memcheck racecheck; do
-        extra=""
+        # cuBLAS's own GEMM kernels (nvjet*) are not ours to fix: racecheck
+        # reports hazards inside them that their asynchronous copies order
+        extra="--kernel-name-exclude kns=nvjet"
         [ "$tool" = memcheck ] && extra="--leak-check full"
         if "$CS" --tool "$tool" $extra --error-exitcode 99 "$t" >/tmp/san.$$.log 2>&1; then
             echo "ok   $tool $(basename "$t") ($(grep -c '^\[       OK' /tmp/san.$$.log) tests)"
