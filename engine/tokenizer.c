@@ -26,7 +26,9 @@ static uint64_t hash_bytes(const char *s, size_t n)
         h ^= (uint8_t)s[i];
         h *= 0x100000001b3ull;
     }
-    return h ^ (h >> 29);
+    h ^= h >> 32;
+    h *= 0xd6e8feb86659fd93ull;
+    return h ^ (h >> 32);
 }
 
 static uint64_t hash_pair(uint64_t k)
@@ -45,12 +47,13 @@ const char *tk_text(const tdm_tokenizer *tk, int32_t x, size_t *len)
 
 int32_t tk_lookup(const tdm_tokenizer *tk, const char *s, size_t n)
 {
-    uint32_t i = (uint32_t)hash_bytes(s, n) & tk->vmask;
-    for (;; i = (i + 1) & tk->vmask) {
-        int32_t x = tk->vhash[i];
+    uint64_t h = hash_bytes(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint32_t i = (uint32_t)h & tk->vmask;; i = (i + 1) & tk->vmask) {
+        int32_t x = tk->vhash[i].id;
         if (x < 0)
             return -1;
-        if (tk->text_len[x] == n && memcmp(tk->arena + tk->text_off[x], s, n) == 0)
+        if (tk->vhash[i].tag == tag && tk->text_len[x] == n && memcmp(tk->arena + tk->text_off[x], s, n) == 0)
             return x;
     }
 }
@@ -95,16 +98,14 @@ static void vhash_insert(tdm_tokenizer *tk, int32_t x)
 {
     size_t n;
     const char *s = tk_text(tk, x, &n);
-    uint32_t i = (uint32_t)hash_bytes(s, n) & tk->vmask;
-    for (;; i = (i + 1) & tk->vmask) {
-        int32_t y = tk->vhash[i];
-        if (y < 0) {
-            tk->vhash[i] = x;
-            return;
-        }
-        if (tk->text_len[y] == n && memcmp(tk->arena + tk->text_off[y], s, n) == 0) {
-            /* duplicate text: llama.cpp's token_to_id keeps the last id */
-            tk->vhash[i] = x;
+    uint64_t h = hash_bytes(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint32_t i = (uint32_t)h & tk->vmask;; i = (i + 1) & tk->vmask) {
+        int32_t y = tk->vhash[i].id;
+        if (y < 0 || (tk->vhash[i].tag == tag && tk->text_len[y] == n &&
+                      memcmp(tk->arena + tk->text_off[y], s, n) == 0)) {
+            /* empty slot, or duplicate text: llama.cpp's token_to_id keeps the last id */
+            tk->vhash[i] = (tk_vslot){tag, x};
             return;
         }
     }
@@ -115,7 +116,7 @@ static tdm_status vhash_alloc(tdm_tokenizer *tk, size_t n_entries, tdm_error *er
     size_t cap = 1024;
     while (cap < 2 * n_entries)
         cap *= 2;
-    int32_t *h = malloc(cap * sizeof *h);
+    tk_vslot *h = malloc(cap * sizeof *h);
     if (!h)
         return tdm_error_set(err, TDM_ERR_OOM, "tokenizer: vocab hash of %zu slots", cap);
     memset(h, 0xff, cap * sizeof *h);
@@ -181,17 +182,13 @@ static uint32_t byte_to_cp(uint8_t b)
     return 0x100 + k;
 }
 
-static int cp_to_byte(uint32_t cp)
+/* Inverse of byte_to_cp over U+0000..U+0143 (-1: not a byte-level char). */
+static void build_inverse(int16_t inv[0x144])
 {
-    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
-        return (int)cp;
-    if (cp < 0x100 || cp > 0x143)
-        return -1;
-    uint32_t k = cp - 0x100;
-    for (uint32_t c = 0; c < 256; c++)
-        if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE) && k-- == 0)
-            return (int)c;
-    return -1;
+    for (int i = 0; i < 0x144; i++)
+        inv[i] = -1;
+    for (int b = 0; b < 256; b++)
+        inv[byte_to_cp((uint8_t)b)] = (int16_t)b;
 }
 
 static tdm_status load_tokens(tdm_tokenizer *tk, const tdm_gguf *g, tdm_error *err)
@@ -254,6 +251,8 @@ static tdm_status build_pieces(tdm_tokenizer *tk, tdm_error *err)
     char *buf = NULL;
     size_t bcap = 0;
     tdm_status st = TDM_OK;
+    int16_t inv[0x144];
+    build_inverse(inv);
     for (int32_t i = 0; i < tk->n_vocab && !st; i++) {
         size_t n;
         const char *s = tk_text(tk, i, &n);
@@ -272,8 +271,8 @@ static tdm_status build_pieces(tdm_tokenizer *tk, tdm_error *err)
             for (size_t k = 0; k < n;) {
                 uint32_t cp;
                 size_t m = tdm_utf8_decode((const uint8_t *)s + k, n - k, &cp);
-                int b = cp_to_byte(cp);
-                if (b >= 0 && m > 0 && !(cp == TDM_UNICODE_REPLACEMENT && m == 1)) {
+                int b = cp < 0x144 ? inv[cp] : -1;
+                if (b >= 0) {
                     buf[o++] = (char)b;
                 } else { /* not a byte-level char: keep it verbatim */
                     memcpy(buf + o, s + k, m);

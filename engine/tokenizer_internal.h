@@ -6,6 +6,12 @@
 
 #include "tokenizer.h"
 
+/* A vocab-hash slot: the upper hash bits spare most text comparisons. */
+typedef struct tk_vslot {
+    uint32_t tag;
+    int32_t id;
+} tk_vslot;
+
 /* Ids 0..n_vocab-1 are vocab tokens; n_vocab..n_xtok-1 are "virtual"
  * symbols: strings the merges produce or mention but the vocab lacks. */
 struct tdm_tokenizer {
@@ -19,7 +25,7 @@ struct tdm_tokenizer {
     uint32_t *piece_len;    /* [n_vocab] */
     uint8_t *type;          /* [n_vocab] tdm_token_type */
     uint8_t *eog;           /* [n_vocab] 1 = end of generation */
-    int32_t *vhash;         /* [vmask+1] open addressing text -> id, -1 empty */
+    tk_vslot *vhash;        /* [vmask+1] open addressing text -> id, id -1 = empty */
     uint32_t vmask;
     uint64_t *mkey;         /* [mmask+1] left << 32 | right, UINT64_MAX empty */
     uint32_t *mrank;        /* [mmask+1] merge rank */

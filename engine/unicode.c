@@ -6,6 +6,8 @@
 
 unsigned tdm_unicode_flags(uint32_t cp)
 {
+    if (cp < 0x100)
+        return tdm_unicode_flags_latin1[cp];
     if (cp > 0x10FFFF)
         return 0;
     /* last range whose start <= cp */

@@ -9,6 +9,7 @@
 
 extern const uint32_t tdm_unicode_flag_ranges_n;
 extern const uint32_t tdm_unicode_flag_ranges[];
+extern const uint16_t tdm_unicode_flags_latin1[256];
 extern const uint32_t tdm_unicode_lower_n;
 extern const uint32_t tdm_unicode_lower[][2];
 

@@ -56,6 +56,11 @@ def main():
     for i in range(0, len(ranges), 8):
         out.write("    " + ",".join("0x%x" % (s << 9 | f) for s, f in ranges[i:i + 8]) + ",\n")
     out.write("};\n\n")
+    out.write("/* direct flags of U+0000..U+00FF (the common case skips the search) */\n")
+    out.write("const uint16_t tdm_unicode_flags_latin1[256] = {\n")
+    for i in range(0, 256, 16):
+        out.write("    " + ",".join("0x%x" % flags_of(c) for c in range(i, i + 16)) + ",\n")
+    out.write("};\n\n")
     out.write("const uint32_t tdm_unicode_lower_n = %d;\n" % len(lower))
     out.write("/* sorted pairs: code point, its lowercase */\n")
     out.write("const uint32_t tdm_unicode_lower[%d][2] = {\n" % len(lower))
