@@ -234,6 +234,7 @@ static char *response(srv_job *j)
         cJSON_AddItemToArray(content, block(TDM_GEN_ANSWER, j->answer.p ? j->answer.p : ""));
     add_stop(o, j);
     cJSON_AddItemToObject(o, "usage", usage(j, true));
+    cJSON_AddItemToObject(o, "tandem", srv_tandem_info(j));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -303,6 +304,7 @@ static void stream_end(srv_job *j)
     add_stop(d, j);
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(u, "output_tokens", j->res.n_generated);
+    cJSON_AddItemToObject(o, "tandem", srv_tandem_info(j));
     srv_sse_data_json(j, "message_delta", o);
     srv_buf_puts(&j->out, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
 }

@@ -145,6 +145,10 @@ bool srv_parse_stop(srv_job *j, const cJSON *body, const char *key, bool allow_s
 /* Shared sampling fields (temperature, top_p, top_k, min_p, seed). */
 bool srv_parse_sampling(srv_job *j, const cJSON *body, double max_temperature, srv_reqerr *e);
 
+/* The "tandem" extension object of a finished response: thinking_forced,
+ * fence_closed, prompt_reused, finish, tokens_per_second. */
+cJSON *srv_tandem_info(const srv_job *j);
+
 /* SSE helpers (append to j->out). */
 void srv_sse_data_json(srv_job *j, const char *event, cJSON *obj); /* frees obj */
 

@@ -261,6 +261,7 @@ static char *chat_response(srv_job *j)
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", finish_reason(&j->res));
     cJSON_AddItemToObject(o, "usage", usage_json(j));
+    cJSON_AddItemToObject(o, "tandem", srv_tandem_info(j));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -277,6 +278,7 @@ static char *completion_response(srv_job *j)
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", finish_reason(&j->res));
     cJSON_AddItemToObject(o, "usage", usage_json(j));
+    cJSON_AddItemToObject(o, "tandem", srv_tandem_info(j));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -340,6 +342,7 @@ static void stream_end(srv_job *j)
         cJSON_AddStringToObject(c, "text", "");
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", finish_reason(&j->res));
+    cJSON_AddItemToObject(o, "tandem", srv_tandem_info(j));
     srv_sse_data_json(j, NULL, o);
     if (j->include_usage) {
         cJSON *u = envelope(j, j->api == SRV_OPENAI_CHAT ? "chat.completion.chunk" : "text_completion");

@@ -282,3 +282,18 @@ bool srv_parse_sampling(srv_job *j, const cJSON *body, double max_temperature, s
         p->seed = (uint64_t)seed;
     return true;
 }
+
+cJSON *srv_tandem_info(const srv_job *j)
+{
+    const tdm_gen_result *r = &j->res;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "finish", tdm_gen_finish_name(r->finish));
+    cJSON_AddBoolToObject(o, "thinking_forced", r->thinking_forced);
+    cJSON_AddBoolToObject(o, "fence_closed", r->fence_closed);
+    cJSON_AddNumberToObject(o, "prompt_reused", r->n_reused);
+    cJSON_AddNumberToObject(o, "prompt_seconds", r->prompt_seconds);
+    cJSON_AddNumberToObject(o, "generation_seconds", r->gen_seconds);
+    cJSON_AddNumberToObject(o, "tokens_per_second",
+                            r->gen_seconds > 0 ? r->n_generated / r->gen_seconds : 0.0);
+    return o;
+}
