@@ -11,56 +11,7 @@
 #include <math.h>
 
 #include "kernels_impl.h"
-
-#define INLINE static inline __attribute__((always_inline))
-
-INLINE float hsum_ps(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-INLINE int hsum_i32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
-INLINE float fp16(const uint8_t *p)
-{
-    return _cvtsh_ss(tdm_rd_u16(p));
-}
-
-INLINE float hmax_ps(__m256 v)
-{
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-
-INLINE __m256 abs_ps(__m256 v)
-{
-    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
-}
-
-/* round-half-even(v * s) as int32: the same operations as the scalar rintf path. */
-INLINE __m256i round_mul(__m256 v, __m256 s)
-{
-    return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-
-/* Four int32x8 -> 32 int8 in element order, saturating like the scalar clamp. */
-INLINE __m256i pack_i8(__m256i a, __m256i b, __m256i c, __m256i d)
-{
-    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
-    __m256i abcd = _mm256_packs_epi16(ab, cd);
-    return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
+#include "kernels_x86.h"
 
 /* ---- activation quantisation ------------------------------------------- */
 
@@ -194,53 +145,8 @@ static float dot_f32(int64_t n, const void *w, const void *x) { return dot_float
 static float dot_f16(int64_t n, const void *w, const void *x) { return dot_float(n, w, x, load8_f16, 2); }
 static float dot_bf16(int64_t n, const void *w, const void *x) { return dot_float(n, w, x, load8_bf16, 2); }
 
-/* ---- 8-bit helpers shared by every quantised type ----------------------- */
-
-/* Pair sums of signed x times signed y as 16 int16 (|x| <= 128, |y| <= 127). */
-INLINE __m256i mul_i8_pairs(__m256i x, __m256i y)
-{
-    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
-
-INLINE __m256i sum_pairs(__m256i p16)
-{
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
-
-/* 16 packed bytes -> 32 nibbles: low nibbles are elements 0..15, high 16..31. */
-INLINE __m256i nibbles32(const uint8_t *qs)
-{
-    __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-}
-
-/* 32 bits (little-endian u32) -> 32 bytes of 0x10 where the bit is set. */
-INLINE __m256i fifth_bits32(const uint8_t *qh)
-{
-    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)tdm_rd_u32(qh)),
-                                        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                                          0x0101010101010101, 0));
-    __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
-}
-
-INLINE __m256i table16(const int8_t *t)
-{
-    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
-}
-
-INLINE __m256i shift_right16(__m256i v, int k)
-{
-    return _mm256_srl_epi16(v, _mm_cvtsi32_si128(k));
-}
-
 /* ---- 32-element blocks against Q8_0 / Q8_1 ------------------------------ */
 
-typedef __m256i (*w32_fn)(const uint8_t *blk);       /* weights as int8 (signed) or u8 */
-typedef float (*scale32_fn)(const uint8_t *x, const uint8_t *y);
-typedef float (*min32_fn)(const uint8_t *x, const uint8_t *y);
 
 /* signed: weights are signed int8 (use the sign trick); else unsigned 0..31. */
 INLINE float dot_blocks32(int64_t n, const uint8_t *w, int wsize, const uint8_t *y, int ysize,
@@ -258,21 +164,6 @@ INLINE float dot_blocks32(int64_t n, const uint8_t *w, int wsize, const uint8_t 
     return hsum_ps(acc) + macc;
 }
 
-INLINE __m256i w_q4_0(const uint8_t *b) { return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8)); }
-INLINE __m256i w_q4_1(const uint8_t *b) { return nibbles32(b + 4); }
-INLINE __m256i w_q5_0(const uint8_t *b)
-{
-    return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), fifth_bits32(b + 2)), _mm256_set1_epi8(16));
-}
-INLINE __m256i w_q5_1(const uint8_t *b) { return _mm256_or_si256(nibbles32(b + 8), fifth_bits32(b + 4)); }
-INLINE __m256i w_q8_0(const uint8_t *b) { return _mm256_loadu_si256((const __m256i *)(b + 2)); }
-INLINE __m256i w_iq4_nl(const uint8_t *b) { return _mm256_shuffle_epi8(table16(tdm_kvalues_iq4nl), nibbles32(b + 2)); }
-INLINE __m256i w_mxfp4(const uint8_t *b) { return _mm256_shuffle_epi8(table16(tdm_kvalues_fp4), nibbles32(b + 1)); }
-
-INLINE float s_dxdy(const uint8_t *x, const uint8_t *y) { return fp16(x) * fp16(y); }
-INLINE float s_mxfp4(const uint8_t *x, const uint8_t *y) { return fp16(y) * tdm_e8m0_half(x[0]); }
-INLINE float m_q81(const uint8_t *x, const uint8_t *y) { return fp16(x + 2) * fp16(y + 2); }
-
 #define DOT32(name, type, load, sgn, scale, minterm, act)                                          \
     static float name(int64_t n, const void *w, const void *y)                                   \
     {                                                                                             \
@@ -288,18 +179,6 @@ DOT32(dot_iq4_nl, IQ4_NL, w_iq4_nl, 1, s_dxdy, NULL, Q8_0)
 DOT32(dot_mxfp4, MXFP4, w_mxfp4, 1, s_mxfp4, NULL, Q8_0)
 
 /* ---- K-quants against Q8_K ---------------------------------------------- */
-
-/* Scales of 32-element chunk c for 16-element groups: int16 scale of group
- * 2c in the low 128 bits, of group 2c+1 in the high (matches maddubs pairs). */
-INLINE __m256i group_scales(__m256i sc16, int c)
-{
-    __m256i pair = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(c));
-    return _mm256_shuffle_epi8(pair, _mm256_set_epi8(3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2,
-                                                     1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0));
-}
-
-INLINE __m256i q8k_load(const uint8_t *y, int c) { return _mm256_loadu_si256((const __m256i *)(y + Q8K_QS + 32 * c)); }
-INLINE __m256i q8k_bsums(const uint8_t *y) { return _mm256_loadu_si256((const __m256i *)(y + Q8K_BSUMS)); }
 
 /* Q4_K / Q5_K block: returns the int32 lanes of sum sc*q*y, sets the mins sum. */
 INLINE __m256i q45k_block(const uint8_t *x, const uint8_t *qs, const uint8_t *qh, const uint8_t *y, int *summs)
