@@ -333,10 +333,11 @@ static cJSON *layer_to_json(const tdm_profile *p, int32_t l, int32_t *rank)
 {
     int32_t ne = p->id.n_expert;
     cJSON *o = cJSON_CreateObject();
+    bool ok = o && cJSON_AddNumberToObject(o, "layer", l);
     cJSON *c = cJSON_AddArrayToObject(o, "count");
     cJSON *w = cJSON_AddArrayToObject(o, "weight");
     cJSON *r = cJSON_AddArrayToObject(o, "rank");
-    bool ok = o && c && w && r && cJSON_AddNumberToObject(o, "layer", l);
+    ok = ok && c && w && r;
     tdm_profile_rank_layer(p, l, rank, NULL);
     for (int32_t e = 0; ok && e < ne; e++) {
         size_t i = (size_t)l * ne + e;
