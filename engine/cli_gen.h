@@ -1,0 +1,69 @@
+/* cli_gen: what `tandem run`, `chat`, `logits` and `generate-ids` share:
+ * option parsing, loading model + tokenizer + session + sampler, and the
+ * streaming generation loop. Not a command itself (defines no tdm_cli_<name>). */
+#ifndef TDM_CLI_GEN_H
+#define TDM_CLI_GEN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "chat.h"
+#include "model.h"
+#include "sampler.h"
+#include "session.h"
+#include "tokenizer.h"
+
+typedef struct cli_gen_opts {
+    const char *model;      /* -m; default tdm_cli_default_model() */
+    const char *prompt;     /* -p */
+    const char *tokens;     /* --tokens "1,2,3" */
+    const char *out;        /* --out */
+    bool all;               /* --all */
+    int32_t n_predict;      /* -n */
+    tdm_sampler_params sp;  /* --temp --seed --top-k --top-p --min-p --repeat-penalty */
+    bool chat, no_think;    /* --chat --no-think */
+    int threads;            /* --threads; 0 = OpenMP default */
+    int32_t ctx;            /* --ctx */
+} cli_gen_opts;
+
+/* Parses the options above (any order). Returns 0, or 2 after printing a
+ * usage error naming the option. */
+int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd);
+
+typedef struct cli_gen_ctx {
+    tdm_model *model;
+    tdm_tokenizer *tok;     /* NULL unless loaded */
+    tdm_chat_template *tmpl;
+    tdm_session *sess;
+    tdm_sampler *smp;
+    char *piece;            /* detokeniser output, tdm_detok_cap bytes */
+    size_t piece_cap;
+} cli_gen_ctx;
+
+/* Loads the model (and with_text: tokenizer, chat template, sampler), sets
+ * the thread count, creates a session of o->ctx tokens. Prints the error and
+ * returns false on failure. */
+bool cli_gen_open(cli_gen_ctx *c, const cli_gen_opts *o, bool with_text);
+void cli_gen_close(cli_gen_ctx *c);
+
+/* Tokenises text (specials parsed when parse_special) into a fresh array
+ * (*ids, caller frees). false after printing the error. */
+bool cli_gen_encode(cli_gen_ctx *c, const char *text, bool parse_special, int32_t **ids, int32_t *n);
+
+typedef struct cli_gen_stats {
+    int32_t n_prompt, n_gen;
+    double t_prompt, t_gen;  /* seconds */
+    bool context_full;
+} cli_gen_stats;
+
+/* Evaluates prompt[n_reuse..n) on the session (which holds prompt[0..n_reuse)),
+ * then samples up to n_predict tokens (stopping at an end-of-generation
+ * token, not emitted), writing text to out as it comes and appending it to
+ * text (if non-NULL, cap bytes, NUL-terminated). false after printing an error. */
+bool cli_gen_generate(cli_gen_ctx *c, const int32_t *prompt, int32_t n, int32_t n_reuse, int32_t n_predict,
+                      FILE *out, char *text, size_t cap, cli_gen_stats *st);
+
+double cli_gen_now(void);
+
+#endif
