@@ -15,6 +15,7 @@
  */
 #include "generate.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,6 +44,9 @@ struct tdm_generator {
     int32_t *ids;             /* [n_ctx] prompt ids */
     char *piece;              /* [piece_cap] one detokenised token */
     size_t piece_cap;
+    int32_t *eog;             /* [n_eog] end-of-generation ids */
+    int32_t n_eog;
+    float *masked;            /* [n_vocab] logits with the EOG ids masked (ignore_eog) */
     char *hold;               /* [hold_cap] answer bytes that may start a stop string */
     size_t hold_cap;
     char ws[WS_CAP];          /* held trailing whitespace */
@@ -233,10 +237,20 @@ tdm_status tdm_generator_new(tdm_model *m, int32_t n_ctx, tdm_generator **out, t
     }
     g->piece_cap = tdm_detok_cap(g->tk) + TDM_DETOK_FLUSH_MAX;
     g->hold_cap = TDM_GEN_STOP_LEN_MAX + g->piece_cap + 8;
+    for (int32_t id = 0; id < g->n_vocab; id++)
+        g->n_eog += tdm_tokenizer_is_eog(g->tk, id);
+    g->eog = malloc(((size_t)g->n_eog + 1) * sizeof *g->eog);
+    g->masked = malloc((size_t)g->n_vocab * sizeof *g->masked);
+    if (g->eog) {
+        g->n_eog = 0;
+        for (int32_t id = 0; id < g->n_vocab; id++)
+            if (tdm_tokenizer_is_eog(g->tk, id))
+                g->eog[g->n_eog++] = id;
+    }
     g->ids = malloc((size_t)n_ctx * sizeof *g->ids);
     g->piece = malloc(g->piece_cap);
     g->hold = malloc(g->hold_cap);
-    if (!g->ids || !g->piece || !g->hold) {
+    if (!g->ids || !g->piece || !g->hold || !g->eog || !g->masked) {
         tdm_generator_free(g);
         return tdm_error_set(err, TDM_ERR_OOM, "generator buffers for %d tokens", n_ctx);
     }
@@ -252,6 +266,8 @@ void tdm_generator_free(tdm_generator *g)
     tdm_chat_template_free(g->tmpl);
     tdm_tokenizer_free(g->tk);
     free(g->ids);
+    free(g->eog);
+    free(g->masked);
     free(g->piece);
     free(g->hold);
     free(g);
@@ -559,7 +575,14 @@ static tdm_status generate(run *r, tdm_sampler *smp, tdm_error *err)
             res->finish = TDM_GEN_FINISH_CONTEXT;
             return TDM_OK;
         }
-        int32_t id = tdm_sampler_sample(smp, tdm_session_logits(g->sess));
+        const float *logits = tdm_session_logits(g->sess);
+        if (p->ignore_eog && g->n_eog > 0) {
+            memcpy(g->masked, logits, (size_t)g->n_vocab * sizeof *logits);
+            for (int32_t i = 0; i < g->n_eog; i++)
+                g->masked[g->eog[i]] = -INFINITY;
+            logits = g->masked;
+        }
+        int32_t id = tdm_sampler_sample(smp, logits);
         if (tdm_tokenizer_is_eog(g->tk, id)) {
             res->finish = TDM_GEN_FINISH_EOG;
             return TDM_OK;

@@ -62,6 +62,7 @@ typedef struct tdm_gen_params {
     const char *const *stop;     /* stop strings (borrowed), matched on the answer */
     int32_t n_stop;              /* <= TDM_GEN_STOP_MAX, each 1..TDM_GEN_STOP_LEN_MAX bytes */
     bool repair_fences;          /* close an unclosed ``` fence at the end */
+    bool ignore_eog;             /* never sample an end-of-generation token (benchmarks, tests) */
 } tdm_gen_params;
 
 /* Defaults: no caps, grace 64, temperature 0.8, top_p 0.95, top_k 40,

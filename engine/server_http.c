@@ -318,6 +318,16 @@ static enum MHD_Result serve_generation(struct tdm_server *s, struct MHD_Connect
 {
     const char *end = NULL;
     cJSON *body = q->body.len ? cJSON_ParseWithLengthOpts(q->body.p, q->body.len, &end, 0) : NULL;
+    if (body && end) { /* only blanks may follow the value */
+        const char *p = end, *stop = q->body.p + q->body.len;
+        while (p < stop && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+            p++;
+        if (p < stop) {
+            cJSON_Delete(body);
+            body = NULL;
+            end = p;
+        }
+    }
     if (!body) {
         char msg[160];
         if (!q->body.len)

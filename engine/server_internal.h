@@ -142,7 +142,8 @@ bool srv_anthropic_parse(srv_job *j, cJSON *body, const srv_defaults *d, srv_req
 /* Shared by both parsers: "stop"-like field (string or array of strings). */
 bool srv_parse_stop(srv_job *j, const cJSON *body, const char *key, bool allow_string,
                     srv_reqerr *e);
-/* Shared sampling fields (temperature, top_p, top_k, min_p, seed). */
+/* Shared sampling fields: temperature, top_p, top_k, min_p, seed, the
+ * penalties and ignore_eos (an extension: never end at an EOG token). */
 bool srv_parse_sampling(srv_job *j, const cJSON *body, double max_temperature, srv_reqerr *e);
 
 /* The "tandem" extension object of a finished response: thinking_forced,

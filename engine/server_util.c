@@ -278,6 +278,17 @@ bool srv_parse_sampling(srv_job *j, const cJSON *body, double max_temperature, s
     p->top_p = (float)tp;
     p->min_p = (float)mp;
     p->top_k = (int32_t)k;
+    bool ignore = false;
+    double fp = 0, pp = 0, rp = 1;
+    if (!srv_json_bool(body, "ignore_eos", &ignore, NULL, e) ||
+        !srv_json_number(body, "frequency_penalty", -2, 2, &fp, NULL, e) ||
+        !srv_json_number(body, "presence_penalty", -2, 2, &pp, NULL, e) ||
+        !srv_json_number(body, "repeat_penalty", 0.01, 10, &rp, NULL, e))
+        return false;
+    p->ignore_eog = ignore;
+    p->frequency_penalty = (float)fp;
+    p->presence_penalty = (float)pp;
+    p->repeat_penalty = (float)rp;
     if (has_seed)
         p->seed = (uint64_t)seed;
     return true;
