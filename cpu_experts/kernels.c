@@ -29,6 +29,7 @@ typedef struct cpu_features {
 static cpu_features g_cpu;
 static tdm_cpu_isa g_isa = TDM_ISA_SCALAR;
 static tdm_kernel_table g_table;
+static bool g_use_vnni = true; /* tests may turn the VNNI table off */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_once_t g_feat_once = PTHREAD_ONCE_INIT;
 
@@ -89,7 +90,7 @@ static void fill_table(tdm_cpu_isa isa)
     const tdm_kernel_table *chain[4];
     int nc = 0;
     if (isa == TDM_ISA_AVX512) {
-        if (g_cpu.vnni)
+        if (g_cpu.vnni && g_use_vnni)
             chain[nc++] = &tdm_kernels_avx512_vnni;
         chain[nc++] = &tdm_kernels_avx512;
     }
@@ -151,6 +152,23 @@ tdm_status tdm_cpu_isa_select(tdm_cpu_isa isa, tdm_error *err)
                              k_isa_names[isa]);
     fill_table(isa);
     return TDM_OK;
+}
+
+tdm_status tdm_cpu_isa_select_variant(tdm_cpu_isa isa, int vnni, tdm_error *err)
+{
+    table();
+    if (vnni && isa == TDM_ISA_AVX512 && !g_cpu.vnni)
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "cpu isa: this CPU lacks AVX512_VNNI");
+    g_use_vnni = vnni != 0;
+    tdm_status st = tdm_cpu_isa_select(isa, err);
+    g_use_vnni = true;
+    return st;
+}
+
+int tdm_cpu_has_vnni(void)
+{
+    pthread_once(&g_feat_once, detect_once);
+    return g_cpu.vnni;
 }
 
 tdm_cpu_isa tdm_cpu_isa_active(void)

@@ -42,6 +42,13 @@ extern const tdm_kernel_table tdm_kernels_avx512;
 /* Filled in by kernels_avx512.c: the table used when the CPU has AVX512_VNNI. */
 extern const tdm_kernel_table tdm_kernels_avx512_vnni;
 
+/* For tests: switches like tdm_cpu_isa_select() but, for TDM_ISA_AVX512,
+ * chooses the VNNI or the plain AVX-512 table explicitly.
+ * TDM_ERR_UNSUPPORTED when the CPU lacks the ISA (or VNNI when asked). */
+tdm_status tdm_cpu_isa_select_variant(tdm_cpu_isa isa, int vnni, tdm_error *err);
+/* Whether the CPU (and OS) support AVX512_VNNI. */
+int tdm_cpu_has_vnni(void);
+
 /* Activation block sizes in bytes. */
 enum { TDM_ACT_Q8_0 = 34, TDM_ACT_Q8_1 = 36, TDM_ACT_Q8_K = 292 };
 

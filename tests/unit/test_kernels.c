@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "kernels.h"
+#include "kernels_impl.h"
 #include "quant.h"
 
 static uint64_t g_rng;
@@ -225,6 +226,31 @@ static bool isa_available(tdm_cpu_isa isa)
     return isa <= tdm_cpu_isa_detect();
 }
 
+/* Every kernel set: the ISAs, and AVX-512 with and without its VNNI table. */
+typedef struct variant {
+    const char *name;
+    tdm_cpu_isa isa;
+    int vnni;
+} variant;
+
+static const variant k_variants[] = {{"scalar", TDM_ISA_SCALAR, 0},
+                                     {"avx2", TDM_ISA_AVX2, 0},
+                                     {"avx512", TDM_ISA_AVX512, 0},
+                                     {"avx512-vnni", TDM_ISA_AVX512, 1}};
+#define N_VARIANTS (int)(sizeof k_variants / sizeof k_variants[0])
+
+static bool variant_available(int v)
+{
+    return isa_available(k_variants[v].isa) && (!k_variants[v].vnni || tdm_cpu_has_vnni());
+}
+
+static void select_variant(int v)
+{
+    tdm_error err;
+    if (tdm_cpu_isa_select_variant(k_variants[v].isa, k_variants[v].vnni, &err) != TDM_OK)
+        fail_msg("select %s: %s", k_variants[v].name, err.msg);
+}
+
 static void test_dispatch(void **state)
 {
     tdm_cpu_isa best = tdm_cpu_isa_detect();
@@ -243,6 +269,9 @@ static void test_dispatch(void **state)
             printf("  %-7s skipped (this CPU lacks it)\n", tdm_cpu_isa_name((tdm_cpu_isa)i));
         }
     }
+    for (int v = 0; v < N_VARIANTS; v++)
+        printf("  kernel set %-12s %s\n", k_variants[v].name,
+               variant_available(v) ? "ran" : "skipped (this CPU lacks it)");
     tdm_error err;
     assert_int_equal(tdm_cpu_isa_select((tdm_cpu_isa)TDM_ISA_COUNT, &err), TDM_ERR_INVALID);
     assert_string_equal(tdm_cpu_isa_name(TDM_ISA_SCALAR), "scalar");
@@ -338,15 +367,15 @@ static void test_act_quantize(void **state)
             memset(ref, 0xA5, bytes);
             tdm_act_quantize(wt, x, ref, n);
             check_act_semantics(at, x, ref, n);
-            for (int isa = TDM_ISA_AVX2; isa < TDM_ISA_COUNT; isa++) {
-                if (!isa_available((tdm_cpu_isa)isa))
+            for (int v = 1; v < N_VARIANTS; v++) {
+                if (!variant_available(v))
                     continue;
-                select_isa((tdm_cpu_isa)isa);
+                select_variant(v);
                 memset(got, 0x5A, bytes);
                 tdm_act_quantize(wt, x, got, n);
                 if (memcmp(ref, got, bytes) != 0)
                     fail_msg("%s activation bytes differ between scalar and %s (trial %d)",
-                             tdm_qtype_name(at), tdm_cpu_isa_name((tdm_cpu_isa)isa), trial);
+                             tdm_qtype_name(at), k_variants[v].name, trial);
             }
         }
         printf("  %-5s activations: scalar semantics ok, SIMD bytes identical\n", tdm_qtype_name(at));
@@ -382,15 +411,15 @@ static void test_dot(void **state)
                     fail_msg("%s n=%lld: scalar %.9g vs float64 %.9g (tol %.3g)", q->name,
                              (long long)n, s, r.value, tol);
                 worst_ref = fmax(worst_ref, fabs(s - r.value) / (r.mag + 1e-30));
-                for (int isa = TDM_ISA_AVX2; isa < TDM_ISA_COUNT; isa++) {
-                    if (!isa_available((tdm_cpu_isa)isa))
+                for (int vi = 1; vi < N_VARIANTS; vi++) {
+                    if (!variant_available(vi))
                         continue;
-                    select_isa((tdm_cpu_isa)isa);
+                    select_variant(vi);
                     float v = tdm_vec_dot((tdm_qtype)t, n, w, xq);
                     double tol2 = fmax(1e-6, accum_tol((tdm_qtype)t, n)) * r.mag + 1e-30;
                     if (!(fabs(v - s) <= tol2))
                         fail_msg("%s n=%lld: %s %.9g vs scalar %.9g (tol %.3g)", q->name,
-                                 (long long)n, tdm_cpu_isa_name((tdm_cpu_isa)isa), v, s, tol2);
+                                 (long long)n, k_variants[vi].name, v, s, tol2);
                     worst_simd = fmax(worst_simd, fabs(v - s) / (r.mag + 1e-30));
                 }
             }
@@ -411,7 +440,7 @@ static bool is_poison(float v)
     return u == 0xFFFFFFFFu;
 }
 
-static void check_matmul(tdm_qtype t, tdm_cpu_isa isa, int64_t rows, int64_t r0, int64_t r1,
+static void check_matmul(tdm_qtype t, const char *isa, int64_t rows, int64_t r0, int64_t r1,
                          int64_t ntok)
 {
     const tdm_qtype_info *q = tdm_qtype_get(t);
@@ -436,14 +465,14 @@ static void check_matmul(tdm_qtype t, tdm_cpu_isa isa, int64_t rows, int64_t r0,
         if (!written) {
             if (!is_poison(y[i]))
                 fail_msg("%s %s: y[%zu] (token %lld row %lld) was overwritten", q->name,
-                         tdm_cpu_isa_name(isa), i, (long long)k, (long long)r);
+                         isa, i, (long long)k, (long long)r);
             continue;
         }
         const uint8_t *wr = w + r * w_stride, *xk = xq + k * xq_stride;
         float want = tdm_vec_dot(t, n, wr, xk);
         if (memcmp(&want, &y[i], 4) != 0)
             fail_msg("%s %s: token %lld row %lld: matmul %.9g vs vec_dot %.9g", q->name,
-                     tdm_cpu_isa_name(isa), (long long)k, (long long)r, y[i], want);
+                     isa, (long long)k, (long long)r, y[i], want);
         ref_result ref = reference(t, wr, xk, n);
         double tol = fmax(1e-6, accum_tol(t, n)) * ref.mag + 1e-30;
         assert_true(fabs(y[i] - ref.value) <= 2 * tol);
@@ -456,19 +485,20 @@ static void check_matmul(tdm_qtype t, tdm_cpu_isa isa, int64_t rows, int64_t r0,
 
 static void test_matmul_rows(void **state)
 {
-    for (int isa = 0; isa < TDM_ISA_COUNT; isa++) {
-        if (!isa_available((tdm_cpu_isa)isa))
+    for (int v = 0; v < N_VARIANTS; v++) {
+        if (!variant_available(v))
             continue;
-        select_isa((tdm_cpu_isa)isa);
+        select_variant(v);
+        const char *name = k_variants[v].name;
         for (uint32_t t = 0; t < TDM_Q_COUNT; t++) {
             if (!kernel_type(t))
                 continue;
-            check_matmul((tdm_qtype)t, (tdm_cpu_isa)isa, 13, 2, 11, 1);
-            check_matmul((tdm_qtype)t, (tdm_cpu_isa)isa, 13, 0, 13, 3);
-            check_matmul((tdm_qtype)t, (tdm_cpu_isa)isa, 61, 5, 58, 7);
-            check_matmul((tdm_qtype)t, (tdm_cpu_isa)isa, 9, 4, 4, 2); /* empty range */
+            check_matmul((tdm_qtype)t, name, 13, 2, 11, 1);
+            check_matmul((tdm_qtype)t, name, 13, 0, 13, 3);
+            check_matmul((tdm_qtype)t, name, 61, 5, 58, 7);
+            check_matmul((tdm_qtype)t, name, 9, 4, 4, 2); /* empty range */
         }
-        printf("  matmul_rows under %s: every type ok\n", tdm_cpu_isa_name((tdm_cpu_isa)isa));
+        printf("  matmul_rows under %s: every type ok\n", name);
     }
     select_isa(tdm_cpu_isa_detect());
 }
