@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# `tandem bench --project`, tools/ddr --preset and a short `tandem bench` run:
+# the JSON they write parses, has every field, and obeys the sanity relations
+# of the projection (more host bandwidth -> not slower, more VRAM -> not slower).
+# The validator is also shown a doctored file and must reject it.
+set -u
+cd "${TDM_ROOT:-$(dirname "$0")/../..}"
+BUILD=${BUILD:-build}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+validate() { # validate FILE -> exit status of the checks
+python3 - "$1" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+def need(c, msg):
+    if not c:
+        sys.exit(f"{sys.argv[1]}: {msg}")
+need(doc.get("format") == "tandem-projection" and doc.get("version") == 1, "format/version")
+b = doc["model"]["bytes"]
+for k in ("active_expert_per_token", "dense_per_token", "slot", "total_experts", "resident_nonexpert"):
+    need(isinstance(b.get(k), (int, float)) and b[k] > 0, f"model.bytes.{k}")
+need(b["total_experts"] >= b["active_expert_per_token"], "total experts < active experts")
+a = doc["assumptions"]
+need(0 < a["efficiency"] <= 1.5 and a["vram_gbps"] > 0 and a["layer_latency_us"] >= 0, "assumptions")
+drams, vrams, pts = doc["dram"], doc["vram_gib"], doc["points"]
+need(len(pts) == len(drams) * len(vrams), "points != dram x vram")
+bounds = {"cpu-dram", "gpu-vram", "latency", "no-fit", "cpu+gpu"}
+cell = {}
+for p in pts:
+    need(p["bound"] in bounds, f"bound {p['bound']}")
+    need(p["measured_tok_s"] is None and p["rel_error"] is None, "validation fields")
+    need(0 <= p["hit_rate"] <= 1 and 0 <= p["cached_fraction"] <= 1, "hit/cached out of range")
+    need(p["fits"] == (p["bound"] != "no-fit"), "fits vs bound")
+    need((p["tok_s"] > 0) == p["fits"], "tok_s > 0 exactly when it fits")
+    need(p["tok_s_serial"] <= p["tok_s"] * (1 + 1e-9), "serial estimate above the overlapped one")
+    cell[(p["dram_gbps"], p["vram_gib"])] = p["tok_s"]
+gb = sorted({k[0] for k in cell}); vr = sorted({k[1] for k in cell})
+for g in gb:
+    for lo, hi in zip(vr, vr[1:]):
+        need(cell[(g, hi)] >= cell[(g, lo)] * (1 - 1e-9), f"more VRAM slower: {g} GB/s {lo}->{hi} GiB")
+for v in vr:
+    for lo, hi in zip(gb, gb[1:]):
+        need(cell[(hi, v)] >= cell[(lo, v)] * (1 - 1e-9), f"more bandwidth slower: {v} GiB {lo}->{hi} GB/s")
+PY
+}
+
+# 1. tandem bench --project on the demo model, with a user bandwidth row
+"$BUILD/tandem" bench --project -m models/demo/demo-Q4_K_M.gguf --membw 20 \
+    --vram 0.5,1,2,8 --json "$tmp/demo.json" > "$tmp/demo.txt" || fail "bench --project"
+grep -q "DDR5-5200 dual" "$tmp/demo.txt" || fail "table lacks the DDR5-5200 row"
+grep -q "measured" "$tmp/demo.txt" || fail "table lacks the --membw row"
+validate "$tmp/demo.json" || fail "demo projection JSON"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["model"]["arch"]=="qwen35moe" and len(d["dram"])==4' \
+    "$tmp/demo.json" || fail "demo JSON content"
+
+# 2. tools/ddr presets, default grid and a wide one, Zipf and a table curve
+printf 'fraction,hit_rate\n0.1,0.3\n0.3,0.6\n0.6,0.85\n' > "$tmp/curve.csv"
+for p in qwen35-35b-a3b qwen3next-80b-a3b qwen3-30b-a3b; do
+    "$BUILD/tools/ddr" --preset "$p" --json "$tmp/$p.json" > /dev/null || fail "ddr --preset $p"
+    validate "$tmp/$p.json" || fail "$p JSON"
+    "$BUILD/tools/ddr" --preset "$p" --membw 35 --efficiency 0.6 --vram 4,6,8,12,16,24,32,48 \
+        --hit-curve "$tmp/curve.csv" --quiet --json "$tmp/$p-wide.json" || fail "ddr wide $p"
+    validate "$tmp/$p-wide.json" || fail "$p wide JSON"
+done
+
+# 3. the validator rejects a doctored grid (24 GiB slower than 16 GiB)
+python3 - "$tmp/qwen3next-80b-a3b.json" "$tmp/bad.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for p in d["points"]:
+    if p["vram_gib"] == 24:
+        p["tok_s"] *= 0.5; p["tok_s_serial"] *= 0.5
+json.dump(d, open(sys.argv[2], "w"))
+PY
+if validate "$tmp/bad.json" 2>/dev/null; then fail "validator accepted a grid where more VRAM is slower"; fi
+
+# 4. refusals
+"$BUILD/tools/ddr" --preset nope > /dev/null 2> "$tmp/err"; [ $? -eq 1 ] || fail "unknown preset exit code"
+grep -q "qwen35-35b-a3b" "$tmp/err" || fail "unknown preset message lists the presets"
+"$BUILD/tools/ddr" > /dev/null 2>&1; [ $? -eq 2 ] || fail "ddr without a model: usage error"
+"$BUILD/tools/ddr" --preset demo --efficiency 7 > /dev/null 2>&1; [ $? -eq 2 ] || fail "bad --efficiency"
+"$BUILD/tandem" bench --project -m /nonexistent.gguf > /dev/null 2>&1; [ $? -eq 1 ] || fail "missing file"
+printf 'fraction,hit_rate\n0.5,1.7\n' > "$tmp/bad.csv"
+"$BUILD/tools/ddr" --preset demo --hit-curve "$tmp/bad.csv" > /dev/null 2> "$tmp/err"; [ $? -eq 1 ] || fail "bad curve"
+grep -q "1.7" "$tmp/err" || fail "bad curve message names the value"
+
+# 5. a short measured run: the tandem-bench JSON has its fields (no speed is asserted)
+"$BUILD/tandem" bench -m models/demo/demo-Q4_K_M.gguf --prompt 8,16 --gen 4 --threads 1 --membw 20 \
+    --gpu-mem 1,2 --json "$tmp/run.json" > /dev/null 2>&1 || fail "tandem bench run"
+python3 - "$tmp/run.json" <<'PY' || fail "bench JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["format"] == "tandem-bench" and d["version"] == 1
+assert [r["prompt_tokens"] for r in d["runs"]] == [8, 16]
+for r in d["runs"]:
+    assert r["threads"] == 1 and r["gen_tokens"] == 4
+    assert r["prompt_tok_s"] > 0 and r["decode_tok_s"] > 0
+    for k in ("hit_rate", "cpu_ms_per_token", "gpu_ms_per_token", "wait_ms_per_token", "pool_gbps"):
+        assert r[k] is None, k
+    assert abs(r["fraction_of_bound"] - r["decode_tok_s"] / r["bound_tok_s"]) < 1e-9
+assert [v["gpu_mem_gib"] for v in d["vram"]] == [1, 2]
+assert all(v["measured_tok_s"] is None for v in d["vram"])
+assert d["projection"]["format"] == "tandem-projection"
+PY
+
+# 6. plots (when gnuplot is installed)
+if command -v gnuplot > /dev/null; then
+    bash bench/plot.sh "$tmp/run.json" "$tmp/run" > /dev/null || fail "plot.sh bench"
+    bash bench/plot.sh "$tmp/qwen35-35b-a3b.json" "$tmp/proj" > /dev/null || fail "plot.sh projection"
+    for f in "$tmp/run-threads.png" "$tmp/run-vram.png" "$tmp/proj.png"; do
+        [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "$f is not a PNG"
+    done
+else
+    echo "gnuplot not installed: plots skipped"
+fi
+echo "bench_cli: ok"
