@@ -1,0 +1,147 @@
+/* test_membw: the bandwidth probe at a small size: sane numbers (positive,
+ * finite, min <= median <= max), the matvec measurement, the JSON file, and
+ * the error paths. No speed is asserted. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "membw.h"
+
+static void check_stats(const tdm_membw_stats *s)
+{
+    assert_true(isfinite(s->min_gbs) && isfinite(s->median_gbs) && isfinite(s->max_gbs));
+    assert_true(s->min_gbs > 0.0);
+    assert_true(s->min_gbs <= s->median_gbs);
+    assert_true(s->median_gbs <= s->max_gbs);
+}
+
+static void check_json_stats(cJSON *o)
+{
+    assert_non_null(o);
+    const char *keys[3] = {"min", "median", "max"};
+    double v[3];
+    for (int i = 0; i < 3; i++) {
+        cJSON *n = cJSON_GetObjectItem(o, keys[i]);
+        assert_true(cJSON_IsNumber(n));
+        v[i] = n->valuedouble;
+    }
+    assert_true(v[0] > 0 && v[0] <= v[1] && v[1] <= v[2]);
+}
+
+static void test_probe_and_json(void **state)
+{
+    int ncores = tdm_membw_physical_cores();
+    assert_true(ncores >= 1);
+    int nres = ncores >= 2 ? 2 : 1;
+    tdm_membw_result res[2];
+    for (int i = 0; i < nres; i++) {
+        tdm_membw_opts o;
+        tdm_membw_opts_default(&o);
+        assert_int_equal(o.bytes, (size_t)1 << 30);
+        o.bytes = 6u << 20;
+        o.threads = i + 1;
+        o.repeats = 3;
+        tdm_error err;
+        assert_int_equal(tdm_membw_run(&o, &res[i], &err), TDM_OK);
+        assert_int_equal(res[i].threads, i + 1);
+        assert_int_equal(res[i].repeats, 3);
+        assert_true(res[i].bytes <= o.bytes && res[i].bytes > o.bytes / 2);
+        for (int k = 0; k < TDM_MEMBW_KIND_COUNT; k++) {
+            check_stats(&res[i].kind[k]);
+            printf("  %d thread(s) %-5s %.2f / %.2f / %.2f GB/s\n", i + 1,
+                   tdm_membw_kind_name((tdm_membw_kind)k), res[i].kind[k].min_gbs,
+                   res[i].kind[k].median_gbs, res[i].kind[k].max_gbs);
+        }
+        tdm_membw_matvec_opts mo = {TDM_Q_Q4_K, 64, 512, 2u << 20, i + 1, 3};
+        assert_int_equal(tdm_membw_matvec(&mo, &res[i].matvec, &err), TDM_OK);
+        check_stats(&res[i].matvec);
+        res[i].has_matvec = 1;
+        res[i].matvec_type = TDM_Q_Q4_K;
+    }
+    res[0].has_matvec = 0; /* the JSON must handle both */
+
+    char path[] = "/tmp/test_membw_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    tdm_error err;
+    assert_int_equal(tdm_membw_write_json(path, res, nres, &err), TDM_OK);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char buf[16384];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    unlink(path);
+    buf[len] = 0;
+    cJSON *root = cJSON_Parse(buf);
+    assert_non_null(root);
+    assert_true(cJSON_IsString(cJSON_GetObjectItem(root, "host")));
+    assert_string_equal(cJSON_GetObjectItem(root, "units")->valuestring, "GB/s");
+    assert_true(cJSON_GetObjectItem(root, "bytes")->valuedouble == (double)res[0].bytes);
+    assert_int_equal(cJSON_GetObjectItem(root, "repeats")->valueint, 3);
+    cJSON *arr = cJSON_GetObjectItem(root, "results");
+    assert_int_equal(cJSON_GetArraySize(arr), nres);
+    for (int i = 0; i < nres; i++) {
+        cJSON *r = cJSON_GetArrayItem(arr, i);
+        assert_int_equal(cJSON_GetObjectItem(r, "threads")->valueint, i + 1);
+        check_json_stats(cJSON_GetObjectItem(r, "read"));
+        check_json_stats(cJSON_GetObjectItem(r, "copy"));
+        check_json_stats(cJSON_GetObjectItem(r, "triad"));
+        cJSON *m = cJSON_GetObjectItem(r, "matvec");
+        if (i == 0) {
+            assert_null(m);
+        } else {
+            check_json_stats(m);
+            assert_string_equal(cJSON_GetObjectItem(m, "type")->valuestring, "Q4_K");
+        }
+    }
+    cJSON_Delete(root);
+    assert_int_equal(tdm_membw_write_json("/nonexistent-dir/x.json", res, nres, &err), TDM_ERR_IO);
+}
+
+static void test_errors(void **state)
+{
+    tdm_membw_opts o;
+    tdm_membw_opts_default(&o);
+    tdm_membw_result r;
+    tdm_error err;
+    o.bytes = 4u << 20;
+    o.threads = tdm_membw_physical_cores() + 1;
+    assert_int_equal(tdm_membw_run(&o, &r, &err), TDM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "threads"));
+    o.threads = 1;
+    o.bytes = 1000;
+    assert_int_equal(tdm_membw_run(&o, &r, &err), TDM_ERR_INVALID);
+    o.bytes = 4u << 20;
+    o.repeats = 0;
+    assert_int_equal(tdm_membw_run(&o, &r, &err), TDM_ERR_INVALID);
+
+    tdm_membw_stats s;
+    tdm_membw_matvec_opts mo = {TDM_Q_IQ2_XXS, 64, 512, 1u << 20, 1, 2};
+    assert_int_equal(tdm_membw_matvec(&mo, &s, &err), TDM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "IQ2_XXS"));
+    mo.type = TDM_Q_Q4_K;
+    mo.cols = 300;
+    assert_int_equal(tdm_membw_matvec(&mo, &s, &err), TDM_ERR_INVALID);
+    mo.cols = 512;
+    mo.threads = tdm_membw_physical_cores() + 1;
+    assert_int_equal(tdm_membw_matvec(&mo, &s, &err), TDM_ERR_INVALID);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_probe_and_json),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
