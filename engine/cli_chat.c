@@ -114,6 +114,9 @@ int tdm_cli_chat(int argc, char **argv)
     cli_gen_ctx c;
     if (!cli_gen_open(&c, &o, true))
         return 1;
+    /* replies keep their special tokens (<think>...) so that re-rendering the
+     * conversation reproduces the evaluated tokens and the prefix is reused */
+    c.detok_flags = TDM_DECODE_SPECIAL;
     convo cv = {0};
     size_t reply_cap = (size_t)o.n_predict * (c.piece_cap + 4) + 64;
     char *reply = malloc(reply_cap), *line = NULL;

@@ -197,7 +197,7 @@ bool cli_gen_generate(cli_gen_ctx *c, const int32_t *prompt, int32_t n, int32_t 
     for (int32_t i = 0; i < n; i++)
         tdm_sampler_accept(c->smp, prompt[i]);
     tdm_detok d;
-    tdm_detok_init(&d, 0);
+    tdm_detok_init(&d, c->detok_flags);
     double t1 = cli_gen_now();
     for (int32_t i = 0; i < n_predict; i++) {
         int32_t t = tdm_sampler_sample(c->smp, tdm_session_logits(c->sess));

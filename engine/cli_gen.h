@@ -39,6 +39,7 @@ typedef struct cli_gen_ctx {
     tdm_sampler *smp;
     char *piece;            /* detokeniser output, tdm_detok_cap bytes */
     size_t piece_cap;
+    unsigned detok_flags;   /* TDM_DECODE_SPECIAL to show <think> etc. (chat) */
 } cli_gen_ctx;
 
 /* Loads the model (and with_text: tokenizer, chat template, sampler), sets

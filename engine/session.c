@@ -30,8 +30,8 @@ struct tdm_session {
     int32_t *tokens;   /* [n_ctx] */
     float *logits;     /* [n_vocab] of the last evaluated token */
     bool has_rec;      /* the model has recurrent layers */
-    float *ckpt;       /* [tdm_forward_rec_floats] recurrent state at ckpt_pos */
-    int32_t ckpt_pos;  /* -1: none */
+    float *ckpt[2];    /* [tdm_forward_rec_floats] recurrent state at ckpt_pos: prompt, mark */
+    int32_t ckpt_pos[2]; /* -1: none */
 };
 
 tdm_status tdm_session_new(tdm_model *m, int32_t n_ctx, tdm_session **out, tdm_error *err)
@@ -45,7 +45,7 @@ tdm_status tdm_session_new(tdm_model *m, int32_t n_ctx, tdm_session **out, tdm_e
         return tdm_error_set(err, TDM_ERR_OOM, "session");
     s->m = m;
     s->n_ctx = n_ctx;
-    s->ckpt_pos = -1;
+    s->ckpt_pos[0] = s->ckpt_pos[1] = -1;
     tdm_status st = tdm_forward_new(m, n_ctx, TDM_FORWARD_BATCH_DEFAULT, &s->f, err);
     if (st) {
         free(s);
@@ -54,8 +54,9 @@ tdm_status tdm_session_new(tdm_model *m, int32_t n_ctx, tdm_session **out, tdm_e
     s->has_rec = hp->n_rec_layers > 0;
     s->tokens = malloc((size_t)n_ctx * sizeof(int32_t));
     s->logits = calloc((size_t)hp->n_vocab, sizeof(float));
-    s->ckpt = s->has_rec ? malloc(tdm_forward_rec_floats(s->f) * sizeof(float)) : NULL;
-    if (!s->tokens || !s->logits || (s->has_rec && !s->ckpt)) {
+    for (int i = 0; i < 2; i++)
+        s->ckpt[i] = s->has_rec ? malloc(tdm_forward_rec_floats(s->f) * sizeof(float)) : NULL;
+    if (!s->tokens || !s->logits || (s->has_rec && (!s->ckpt[0] || !s->ckpt[1]))) {
         tdm_session_free(s);
         return tdm_error_set(err, TDM_ERR_OOM, "session buffers for %d tokens", n_ctx);
     }
@@ -70,7 +71,8 @@ void tdm_session_free(tdm_session *s)
     tdm_forward_free(s->f);
     free(s->tokens);
     free(s->logits);
-    free(s->ckpt);
+    free(s->ckpt[0]);
+    free(s->ckpt[1]);
     free(s);
 }
 
@@ -84,15 +86,20 @@ void tdm_session_reset(tdm_session *s)
 {
     tdm_forward_reset(s->f);
     s->n_past = 0;
-    s->ckpt_pos = -1;
+    s->ckpt_pos[0] = s->ckpt_pos[1] = -1;
+}
+
+static void save(tdm_session *s, int which)
+{
+    if (!s->has_rec)
+        return;
+    tdm_forward_rec_save(s->f, s->ckpt[which]);
+    s->ckpt_pos[which] = s->n_past;
 }
 
 void tdm_session_checkpoint(tdm_session *s)
 {
-    if (!s->has_rec)
-        return;
-    tdm_forward_rec_save(s->f, s->ckpt);
-    s->ckpt_pos = s->n_past;
+    save(s, 1);
 }
 
 int32_t tdm_session_truncate(tdm_session *s, int32_t n_keep)
@@ -105,13 +112,20 @@ int32_t tdm_session_truncate(tdm_session *s, int32_t n_keep)
         s->n_past = n_keep;
         return n_keep;
     }
-    if (s->ckpt_pos >= 0 && s->ckpt_pos <= n_keep) {
-        tdm_forward_rec_load(s->f, s->ckpt);
-        s->n_past = s->ckpt_pos;
-        return s->n_past;
+    int best = -1;
+    for (int i = 0; i < 2; i++)
+        if (s->ckpt_pos[i] >= 0 && s->ckpt_pos[i] <= n_keep && (best < 0 || s->ckpt_pos[i] > s->ckpt_pos[best]))
+            best = i;
+    if (best < 0) {
+        tdm_session_reset(s);
+        return 0;
     }
-    tdm_session_reset(s);
-    return 0;
+    tdm_forward_rec_load(s->f, s->ckpt[best]);
+    s->n_past = s->ckpt_pos[best];
+    for (int i = 0; i < 2; i++)
+        if (s->ckpt_pos[i] > s->n_past)
+            s->ckpt_pos[i] = -1;
+    return s->n_past;
 }
 
 tdm_status tdm_session_eval(tdm_session *s, const int32_t *tokens, int32_t n, float *logits_all, tdm_error *err)
@@ -138,7 +152,7 @@ tdm_status tdm_session_eval(tdm_session *s, const int32_t *tokens, int32_t n, fl
     memcpy(s->tokens + s->n_past, tokens, (size_t)n * sizeof(int32_t));
     s->n_past += n;
     if (n > 1)
-        tdm_session_checkpoint(s);
+        save(s, 0);
     return TDM_OK;
 }
 

@@ -52,9 +52,10 @@ const float *tdm_session_logits(const tdm_session *s);
 
 void tdm_session_set_route_hook(tdm_session *s, tdm_route_hook hook, void *user);
 
-/* Saves the recurrent state at the current length as the truncation
- * checkpoint (replacing the previous one; a no-op without recurrent layers).
- * tdm_session_eval already does this after every eval of more than one token. */
+/* Saves the recurrent state at the current length as the "mark" truncation
+ * checkpoint (replacing the previous mark; a no-op without recurrent layers).
+ * Independently, tdm_session_eval keeps a "prompt" checkpoint after every
+ * eval of more than one token; truncate restores the latest one that fits. */
 void tdm_session_checkpoint(tdm_session *s);
 
 /* The model the session runs on. */
