@@ -45,7 +45,7 @@ static const preset k_presets[] = {
     {"qwen35-35b-a3b", "qwen35moe", "micro-qwen35moe", QWEN35MOE, 40, 2048, 16, 2, 256, 256, 8, 512,
      512, 0, 248320, 262144, 1e7f, 0.195f, 64, 4, 128, 16, 32, 128, 4},
     {"qwen3next-80b-a3b", "qwen3next", "micro-qwen3next", QWEN3NEXT, 48, 2048, 16, 2, 256, 512, 10,
-     512, 512, 5120, 151936, 262144, 1e7f, 0.82f, 64, 4, 128, 16, 32, 128, 4},
+     512, 512, 5120, 151936, 262144, 1e7f, 0.153f, 64, 4, 128, 16, 32, 128, 4},
 };
 
 /* What a tensor's values are. */
