@@ -442,6 +442,7 @@ void tdm_proj_machine_default(const tdm_proj_model *m, tdm_proj_machine *mc)
                              .vram_gbps = TDM_PROJ_DEFAULT_VRAM_GBPS,
                              .vram_efficiency = TDM_PROJ_DEFAULT_VRAM_EFFICIENCY,
                              .reserve_bytes = tdm_proj_reserve_bytes(m, TDM_PROJ_DEFAULT_N_CTX),
+                             .decode_ctx = TDM_PROJ_DEFAULT_DECODE_CTX,
                              .latency_us = TDM_PROJ_DEFAULT_LATENCY_US};
 }
 
@@ -469,6 +470,8 @@ static tdm_status check_machine(const tdm_proj_machine *mc, tdm_error *err)
     if (!(mc->vram_efficiency > 0 && mc->vram_efficiency <= 1))
         return tdm_error_set(err, TDM_ERR_INVALID, "VRAM efficiency %g (want 0 < F <= 1)",
                              mc->vram_efficiency);
+    if (mc->decode_ctx < 0)
+        return tdm_error_set(err, TDM_ERR_INVALID, "decode context %d", mc->decode_ctx);
     if (!(mc->latency_us >= 0 && mc->latency_us < 1e6))
         return tdm_error_set(err, TDM_ERR_INVALID, "per-layer latency %g us", mc->latency_us);
     return TDM_OK;
@@ -529,7 +532,11 @@ tdm_status tdm_proj_predict(const tdm_proj_model *m, const tdm_proj_hitcurve *h,
 
     const split sp = {.A = (double)m->active_expert_bytes,
                       .d_cpu = (double)m->embd_row_bytes,
-                      .d_gpu = (double)(m->attn_bytes + m->shexp_bytes + m->head_bytes),
+                      /* weights, the KV the token attends to, the recurrent state
+                       * every DeltaNet layer reads and writes back */
+                      .d_gpu = (double)(m->attn_bytes + m->shexp_bytes + m->head_bytes) +
+                               (double)m->kv_bytes_per_ctx * mc->decode_ctx +
+                               2.0 * (double)m->state_bytes,
                       .shexp = (double)m->shexp_bytes,
                       .bc = mc->efficiency * mc->dram_gbps * 1e9,
                       .bg = mc->vram_efficiency * mc->vram_gbps * 1e9,
@@ -632,6 +639,9 @@ void tdm_proj_grid_print(FILE *f, const tdm_proj_model *m, const tdm_proj_hitcur
     fprintf(f, "  all experts %.2f GB in slots of %.2f MB; VRAM: non-expert %.2f GB + reserve %.2f GB "
             "(KV at %d ctx, state, scratch)\n", m->total_expert_bytes / GB, m->slot_bytes / 1e6,
             tdm_proj_resident_bytes(m) / GB, g->base.reserve_bytes / GB, g->n_ctx);
+    fprintf(f, "  KV read at %d tokens %.3f GB + DeltaNet state r/w %.3f GB per token (GPU side)\n",
+            g->base.decode_ctx, (double)m->kv_bytes_per_ctx * g->base.decode_ctx / GB,
+            2.0 * (double)m->state_bytes / GB);
     fprintf(f, "  pool efficiency %.2f (%s), VRAM %.0f GB/s x %.2f, hand-off %.1f us/layer, hit "
             "curve: %s\n", g->base.efficiency, g->efficiency_source, g->base.vram_gbps,
             g->base.vram_efficiency, g->base.latency_us, h->source);
@@ -701,6 +711,7 @@ static cJSON *assumptions_json(const tdm_proj_hitcurve *h, const tdm_proj_grid *
     cJSON_AddNumberToObject(o, "layer_latency_us", g->base.latency_us);
     cJSON_AddNumberToObject(o, "reserve_bytes", (double)g->base.reserve_bytes);
     cJSON_AddNumberToObject(o, "n_ctx", g->n_ctx);
+    cJSON_AddNumberToObject(o, "decode_ctx", g->base.decode_ctx);
     cJSON *hm = cJSON_AddObjectToObject(o, "hit_model");
     cJSON_AddStringToObject(hm, "kind", h->kind == TDM_PROJ_HIT_ZIPF ? "zipf" : "table");
     cJSON_AddStringToObject(hm, "source", h->source);

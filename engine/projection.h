@@ -38,6 +38,7 @@
 #define TDM_PROJ_DEFAULT_LATENCY_US 10.0      /* GPU<->CPU hand-off per layer */
 #define TDM_PROJ_DEFAULT_ZIPF_S 0.5           /* routing skew when no curve is given */
 #define TDM_PROJ_DEFAULT_N_CTX 8192           /* context the KV reserve is sized for */
+#define TDM_PROJ_DEFAULT_DECODE_CTX 4096      /* tokens of KV a decoded token attends to */
 #define TDM_PROJ_OVERHEAD_BYTES (512ull << 20) /* CUDA context, cuBLAS workspace, activations */
 
 /* Byte accounting of one model, per decoded token unless noted. */
@@ -63,7 +64,7 @@ typedef struct tdm_proj_model {
     uint64_t tensor_bytes;        /* every tensor payload of the file */
 } tdm_proj_model;
 
-/* Non-expert bytes read per token: attn + shexp + head + embd_row. */
+/* Non-expert weight bytes read per token: attn + shexp + head + embd_row. */
 uint64_t tdm_proj_dense_bytes(const tdm_proj_model *m);
 /* Non-expert weights the GPU keeps in VRAM: attn + shexp + head (+ the
  * embedding table when the output is tied to it). */
@@ -134,6 +135,7 @@ typedef struct tdm_proj_machine {
     uint64_t vram_bytes;     /* VRAM budget */
     uint64_t reserve_bytes;  /* KV + state + scratch inside the budget */
     double latency_us;       /* fixed cost per layer hand-off */
+    int32_t decode_ctx;      /* KV tokens each decoded token reads (attention layers) */
 } tdm_proj_machine;
 
 /* Defaults above; dram_gbps and vram_bytes 0 (the caller sets them). */
@@ -158,7 +160,7 @@ typedef struct tdm_proj_point {
     double gpu_share;        /* share of routed expert bytes the GPU runs: hit_rate, or less
                               * when handing hits to the CPU balances a GPU-bound point */
     double cpu_bytes;        /* per token */
-    double gpu_bytes;        /* per token */
+    double gpu_bytes;        /* per token: weights + KV at decode_ctx + DeltaNet state read+write */
     double handoffs;         /* expected layers per token with >= 1 miss: n_moe x (1 - h^k) */
     double t_cpu_s, t_gpu_s, t_latency_s;
     double tok_s;            /* 1 / (max(t_cpu, t_gpu) + t_latency); 0 when no-fit */

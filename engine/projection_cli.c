@@ -35,7 +35,7 @@ static int parse_gib_list(const char *s, double *out, int cap)
 typedef struct proj_opts {
     const char *model, *preset, *curve, *policy, *json, *membw_name;
     double membw, efficiency, zipf_s, vram_gbps, vram_eff, latency_us, reserve_gib;
-    int n_ctx;
+    int n_ctx, decode_ctx;
     int n_vram;
     double vram[TDM_PROJ_GRID_MAX];
     bool quiet;
@@ -101,6 +101,11 @@ static int parse_opts(int argc, char **argv, const char *prog, const char *defau
             if (!parse_double(v, 1, 1 << 24, &c))
                 return usage_error(prog, "--ctx wants 1..16M tokens", v);
             o->n_ctx = (int)c;
+        } else if (!strcmp(a, "--decode-ctx")) {
+            double c;
+            if (!parse_double(v, 0, 1 << 24, &c))
+                return usage_error(prog, "--decode-ctx wants 0..16M tokens", v);
+            o->decode_ctx = (int)c;
         } else if (!strcmp(a, "--vram")) {
             if ((o->n_vram = parse_gib_list(v, o->vram, TDM_PROJ_GRID_MAX)) < 1)
                 return usage_error(prog, "--vram wants up to 8 sizes in GiB, e.g. 8,12,16,24", v);
@@ -163,6 +168,8 @@ static tdm_status run(const proj_opts *o, tdm_error *err)
         g.n_ctx = o->n_ctx;
         g.base.reserve_bytes = tdm_proj_reserve_bytes(&m, o->n_ctx);
     }
+    if (o->decode_ctx >= 0)
+        g.base.decode_ctx = o->decode_ctx;
     if (o->reserve_gib >= 0)
         g.base.reserve_bytes = (uint64_t)(o->reserve_gib * 1024.0 * 1024.0 * 1024.0);
     if (o->membw > 0 && (st = tdm_proj_grid_add_dram(&g, o->membw_name ? o->membw_name : "measured",
@@ -195,13 +202,15 @@ const char tdm_proj_cli_usage[] =
     "  --vram-gbps G          VRAM bandwidth (default 448) --vram-efficiency F (default 0.80)\n"
     "  --latency-us U         hand-off cost per layer with a CPU share (default 10)\n"
     "  --ctx N                context the KV reserve is sized for (default 8192)\n"
+    "  --decode-ctx N         KV tokens a decoded token reads (default 4096)\n"
     "  --reserve-gib G        override the whole reserve (KV + state + scratch)\n"
     "  --json FILE            write the tandem-projection JSON\n"
     "  --quiet                no table\n";
 
 int tdm_proj_cli_run(int argc, char **argv, const char *prog, const char *default_model)
 {
-    proj_opts o = {.zipf_s = TDM_PROJ_DEFAULT_ZIPF_S, .latency_us = -1, .reserve_gib = -1};
+    proj_opts o = {.zipf_s = TDM_PROJ_DEFAULT_ZIPF_S, .latency_us = -1, .reserve_gib = -1,
+                   .decode_ctx = -1};
     int rc = parse_opts(argc, argv, prog, default_model, &o);
     if (rc == -1) {
         printf("usage: %s [options]\n%s", prog, tdm_proj_cli_usage);

@@ -406,6 +406,19 @@ static void test_predict_cases(void **state)
     /* serial: 0.5 GB first, then max(CPU 22.5 ms, GPU hits 0.1 GB) */
     assert_float_equal(p.tok_s_serial, 1 / (0.5e9 / 500e9 + 0.9e9 / 40e9), 1e-9);
 
+    /* KV read at the decode context and the recurrent state read + written:
+     * 1 kB x 100000 tokens + 2 x 50 MB = 0.2 GB more on the GPU side */
+    tdm_proj_model mk = m;
+    mk.kv_bytes_per_ctx = 1000;
+    mk.state_bytes = 50000000;
+    tdm_proj_machine mck = mc;
+    mck.decode_ctx = 100000;
+    assert_int_equal(tdm_proj_predict(&mk, &h, &mck, &p, &err), TDM_OK);
+    assert_float_equal(p.gpu_bytes, 0.8e9, 1);
+    assert_float_equal(p.tok_s_serial, 1 / (0.7e9 / 500e9 + 0.9e9 / 40e9), 1e-9);
+    mck.decode_ctx = -1;
+    assert_int_equal(tdm_proj_predict(&mk, &h, &mck, &p, &err), TDM_ERR_INVALID);
+
     /* hand-off latency: 10 layers x (1 - 0.1^4) x 50 us */
     mc.latency_us = 50;
     assert_int_equal(tdm_proj_predict(&m, &h, &mc, &p, &err), TDM_OK);
