@@ -797,6 +797,17 @@ tdm_status tdm_gguf_get_f32(const tdm_gguf *g, const char *key, float *out, tdm_
     return TDM_OK;
 }
 
+tdm_status tdm_gguf_get_f64(const tdm_gguf *g, const char *key, double *out, tdm_error *err)
+{
+    const kv_ent *e;
+    tdm_status st = lookup(g, key, &e, err);
+    if (st) return st;
+    if (!read_float(e->type, g->base + e->pos, out))
+        return tdm_error_set(err, TDM_ERR_FORMAT, "key '%s': type %s, expected FLOAT32 or FLOAT64",
+                             key, tdm_gguf_vtype_name(e->type));
+    return TDM_OK;
+}
+
 tdm_status tdm_gguf_get_bool(const tdm_gguf *g, const char *key, bool *out, tdm_error *err)
 {
     const kv_ent *e;

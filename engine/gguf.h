@@ -121,6 +121,9 @@ uint64_t tdm_gguf_data_end(const tdm_gguf *g);
 /* data_end <= file size (always true unless opened with TDM_GGUF_OPEN_PARTIAL). */
 bool tdm_gguf_complete(const tdm_gguf *g);
 
+/* FLOAT32 or FLOAT64 value as double (get_f32 rejects FLOAT64 values beyond float range). */
+tdm_status tdm_gguf_get_f64(const tdm_gguf *g, const char *key, double *out, tdm_error *err);
+
 /* "UINT32", "STRING", ...; "?" for an unknown id. */
 const char *tdm_gguf_vtype_name(tdm_gguf_vtype t);
 

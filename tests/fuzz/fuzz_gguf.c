@@ -47,6 +47,8 @@ static void exercise(const tdm_gguf *g, const uint8_t *data, size_t size)
         if (tdm_gguf_get_u64(g, key, &u64, &err) == TDM_OK) sink += u64;
         if (tdm_gguf_get_i64(g, key, &i64, &err) == TDM_OK) sink += (uint64_t)i64;
         if (tdm_gguf_get_f32(g, key, &f, &err) == TDM_OK) sink += (uint64_t)(f == f);
+        double d;
+        if (tdm_gguf_get_f64(g, key, &d, &err) == TDM_OK) sink += (uint64_t)(d == d);
         if (tdm_gguf_get_bool(g, key, &b, &err) == TDM_OK) sink += b;
         if (tdm_gguf_get_str(g, key, &s, &len, &err) == TDM_OK) touch(s, len);
         if (tdm_gguf_get_arr(g, key, &et, &cnt, &err) == TDM_OK) {

@@ -441,6 +441,8 @@ static void check_all_types(const tdm_gguf *g, uint32_t version, uint32_t alignm
     OK(tdm_gguf_get_u64(g, "v.u64", &u64, E)); assert_true(u64 == UINT64_MAX);
     OK(tdm_gguf_get_i64(g, "v.i64", &i64, E)); assert_true(i64 == INT64_MIN);
     OK(tdm_gguf_get_f32(g, "v.f64s", &f, E)); assert_true(f == -0.375f);
+    OK(tdm_gguf_get_f64(g, "v.f64", &d, E)); assert_true(d == 1e300);
+    OK(tdm_gguf_get_f64(g, "v.f32", &d, E)); assert_true(d == (double)-1.5e-7f);
     OK(tdm_gguf_get_u64(g, "v.u32", &u64, E)); assert_true(u64 == 4000000000u);
     /* kinds of the index */
     int64_t k = tdm_gguf_find_key(g, "v.i16");
@@ -563,6 +565,7 @@ static void test_getter_errors(void **state)
     REJECT(tdm_gguf_get_u32(g, "v.f32", &u32, &err), TDM_ERR_FORMAT, "type FLOAT32");
     REJECT(tdm_gguf_get_u32(g, "v.bool", &u32, &err), TDM_ERR_FORMAT, "type BOOL");
     REJECT(tdm_gguf_get_f32(g, "v.u32", &f, &err), TDM_ERR_FORMAT, "expected FLOAT32 or FLOAT64");
+    REJECT(tdm_gguf_get_f64(g, "v.str", &d, &err), TDM_ERR_FORMAT, "key 'v.str': type STRING, expected FLOAT32 or FLOAT64");
     REJECT(tdm_gguf_get_bool(g, "v.u8", &b, &err), TDM_ERR_FORMAT, "expected BOOL");
     REJECT(tdm_gguf_get_f32(g, "v.f64", &f, &err), TDM_ERR_FORMAT, "key 'v.f64': value 1e+300 does not fit float32");
     REJECT(tdm_gguf_get_str(g, "a.str", &s, &n, &err), TDM_ERR_FORMAT, "type ARRAY, expected STRING");
