@@ -24,6 +24,8 @@ models/demo/demo-Q4_K_M.gguf|qwen35moe|169|25915392
 "
 for c in $cases; do
     IFS='|' read -r f arch nt eb <<<"$c"
+    before=$fail
+    fail=0
     out=$("$T" info "$f") || bad "$f: exit status $?"
     grep -Eq "^architecture: +$arch\$" <<<"$out" || bad "$f: architecture is not $arch"
     grep -Eq "^tensors: +$nt\$" <<<"$out" || bad "$f: tensor count is not $nt"
@@ -34,7 +36,8 @@ for c in $cases; do
     grep -Eq "\"tensor_count\":[[:space:]]*$nt," <<<"$js" || bad "$f --json: tensor_count"
     grep -Eq "\"expert_bytes\":[[:space:]]*$eb," <<<"$js" || bad "$f --json: expert_bytes"
     grep -Eq "\"complete\":[[:space:]]*true" <<<"$js" || bad "$f --json: complete"
-    echo "ok: $f ($arch, $nt tensors, $eb expert bytes)"
+    [ $fail -eq 0 ] && echo "ok: $f ($arch, $nt tensors, $eb expert bytes)"
+    fail=$((fail | before))
 done
 
 # Known per-layer facts of the demo: 24 experts; layer 0 one expert = Q4_K gate+up + Q6_K down.
