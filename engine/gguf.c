@@ -2,7 +2,9 @@
  *
  * One pass over the header builds the index: the KV table (value offsets, a
  * per-string-array table of element offsets for O(1) access), the tensor
- * table, and two open-addressing hash tables (keys, tensor names). All of it
+ * table, and two sorted name indexes (keys, tensor names: O(log n) lookup
+ * and O(n log n) construction whatever the names, so crafted names cannot
+ * slow the open down the way hash collisions could). All of it
  * is allocated at open; accessors never allocate. Every read of the file goes
  * through the cursor below, which checks the bytes remaining first, and all
  * size arithmetic is done in uint64 with explicit overflow checks, so nothing
@@ -71,10 +73,8 @@ struct tdm_gguf {
     char (*tnames)[MAX_NAME]; /* [n_t] */
     int64_t n_t;
 
-    int64_t *kv_hash;     /* [kv_hmask + 1] index + 1, 0 = empty */
-    uint64_t kv_hmask;
-    int64_t *t_hash;      /* [t_hmask + 1] */
-    uint64_t t_hmask;
+    struct name_ref *kv_ix; /* [n_kv] sorted by name */
+    struct name_ref *t_ix;  /* [n_t] sorted by name */
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -107,25 +107,22 @@ static uint64_t rd_le(const uint8_t *p, unsigned n)
     return v;
 }
 
-/* Renders up to ~60 bytes of a name for messages, escaping non-printables. */
+/* Renders up to ~80 bytes of a name for messages, escaping non-printables. */
 static const char *shown(const uint8_t *s, uint64_t n, char buf[96])
 {
     size_t k = 0;
-    for (uint64_t i = 0; i < n && k < 80; i++) {
+    uint64_t i = 0;
+    for (; i < n && k < 80; i++) {
         uint8_t c = s[i];
         if (c >= 0x20 && c < 0x7f && c != '\'') buf[k++] = (char)c;
         else k += (size_t)snprintf(buf + k, 96 - k, "\\x%02x", c);
     }
-    if (k >= 80 && n > 0) memcpy(buf + (k = 80), "...", 3), k += 3;
+    if (i < n) {
+        memcpy(buf + k, "...", 3);
+        k += 3;
+    }
     buf[k] = '\0';
     return buf;
-}
-
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
 }
 
 /* ---------------------------------------------------------------- cursor */
@@ -312,42 +309,48 @@ static tdm_status parse_kv(tdm_gguf *g, rd *r, int64_t idx)
     return parse_value(r, e, ctx);
 }
 
-/* Builds an open-addressing table of n names (index + 1 per slot). */
-static tdm_status build_hash(int64_t n, const char *(*name_of)(const tdm_gguf *, int64_t),
-                             const tdm_gguf *g, int64_t **table, uint64_t *mask, int64_t *dup_a,
-                             int64_t *dup_b, tdm_error *err)
+typedef struct name_ref {
+    const char *name;
+    int64_t i;
+} name_ref;
+
+static int cmp_ref(const void *a, const void *b)
 {
-    uint64_t cap = 16;
-    while (cap < (uint64_t)n * 2) cap *= 2;
-    int64_t *h = calloc((size_t)cap, sizeof *h);
-    if (!h) return tdm_error_set(err, TDM_ERR_OOM, "gguf: out of memory for the index");
-    *table = h;
-    *mask = cap - 1;
+    const name_ref *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* Sorted index of n names; dup_a, dup_b: two entries with the same name, or -1. */
+static tdm_status build_index(int64_t n, const char *(*name_of)(const tdm_gguf *, int64_t),
+                              const tdm_gguf *g, name_ref **out, int64_t *dup_a, int64_t *dup_b,
+                              tdm_error *err)
+{
+    name_ref *ix = malloc(n ? (size_t)n * sizeof *ix : 1);
+    if (!ix) return tdm_error_set(err, TDM_ERR_OOM, "gguf: out of memory for the index");
+    *out = ix;
     *dup_a = *dup_b = -1;
-    for (int64_t i = 0; i < n; i++) {
-        const char *s = name_of(g, i);
-        uint64_t slot = hash_str(s) & (cap - 1);
-        while (h[slot]) {
-            if (strcmp(name_of(g, h[slot] - 1), s) == 0) {
-                *dup_a = h[slot] - 1;
-                *dup_b = i;
-                return TDM_OK;
-            }
-            slot = (slot + 1) & (cap - 1);
+    for (int64_t i = 0; i < n; i++) ix[i] = (name_ref){name_of(g, i), i};
+    qsort(ix, (size_t)n, sizeof *ix, cmp_ref);
+    for (int64_t k = 1; k < n; k++)
+        if (strcmp(ix[k - 1].name, ix[k].name) == 0) {
+            *dup_a = ix[k - 1].i;
+            *dup_b = ix[k].i;
+            break;
         }
-        h[slot] = i + 1;
-    }
     return TDM_OK;
 }
 
-static int64_t hash_find(const int64_t *h, uint64_t mask, const char *s,
-                         const char *(*name_of)(const tdm_gguf *, int64_t), const tdm_gguf *g)
+static int64_t index_find(const name_ref *ix, int64_t n, const char *s)
 {
-    if (!h || !s) return -1;
-    uint64_t slot = hash_str(s) & mask;
-    while (h[slot]) {
-        if (strcmp(name_of(g, h[slot] - 1), s) == 0) return h[slot] - 1;
-        slot = (slot + 1) & mask;
+    if (!ix || !s) return -1;
+    int64_t lo = 0, hi = n; /* [lo, hi) */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(ix[mid].name, s);
+        if (c == 0) return ix[mid].i;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
     }
     return -1;
 }
@@ -358,7 +361,7 @@ static const char *t_name_of(const tdm_gguf *g, int64_t i) { return g->tnames[i]
 static tdm_status parse_alignment(tdm_gguf *g, tdm_error *err)
 {
     g->alignment = 32;
-    int64_t i = hash_find(g->kv_hash, g->kv_hmask, "general.alignment", kv_name_of, g);
+    int64_t i = index_find(g->kv_ix, g->n_kv, "general.alignment");
     if (i < 0) return TDM_OK;
     const kv_ent *e = &g->kv[i];
     if (e->type != TDM_GGUF_UINT32)
@@ -537,7 +540,7 @@ static tdm_status parse(tdm_gguf *g, uint32_t flags, tdm_error *err)
     for (uint64_t i = 0; !st && i < n_kv; i++) st = parse_kv(g, &r, (int64_t)i);
     if (st) return st;
     for (int64_t i = 0; i < g->n_kv; i++) g->kv[i].key = g->key_pool + g->kv[i].key_off;
-    if ((st = build_hash(g->n_kv, kv_name_of, g, &g->kv_hash, &g->kv_hmask, &a, &b, err))) return st;
+    if ((st = build_index(g->n_kv, kv_name_of, g, &g->kv_ix, &a, &b, err))) return st;
     if (a >= 0)
         return tdm_error_set(err, TDM_ERR_FORMAT, "duplicate key '%s' (kv %lld and %lld)",
                              g->kv[b].key, (long long)a, (long long)b);
@@ -552,7 +555,7 @@ static tdm_status parse(tdm_gguf *g, uint32_t flags, tdm_error *err)
         g->n_t = (int64_t)i + 1;
     }
     if (st) return st;
-    if ((st = build_hash(g->n_t, t_name_of, g, &g->t_hash, &g->t_hmask, &a, &b, err))) return st;
+    if ((st = build_index(g->n_t, t_name_of, g, &g->t_ix, &a, &b, err))) return st;
     if (a >= 0)
         return tdm_error_set(err, TDM_ERR_FORMAT, "duplicate tensor name '%s' (tensors %lld and %lld)",
                              g->tnames[b], (long long)a, (long long)b);
@@ -581,8 +584,8 @@ void tdm_gguf_free(tdm_gguf *g)
     free(g->key_pool);
     free(g->t);
     free(g->tnames);
-    free(g->kv_hash);
-    free(g->t_hash);
+    free(g->kv_ix);
+    free(g->t_ix);
     if (g->mapped && g->size) munmap((void *)g->base, (size_t)g->size);
     free(g);
 }
@@ -674,7 +677,7 @@ int64_t tdm_gguf_kv_count(const tdm_gguf *g) { return g ? g->n_kv : 0; }
 
 int64_t tdm_gguf_find_key(const tdm_gguf *g, const char *key)
 {
-    return g ? hash_find(g->kv_hash, g->kv_hmask, key, kv_name_of, g) : -1;
+    return g ? index_find(g->kv_ix, g->n_kv, key) : -1;
 }
 
 const char *tdm_gguf_kv_key(const tdm_gguf *g, int64_t i)
@@ -921,6 +924,6 @@ const tdm_gguf_tensor *tdm_gguf_tensor_at(const tdm_gguf *g, int64_t i)
 
 const tdm_gguf_tensor *tdm_gguf_find_tensor(const tdm_gguf *g, const char *name)
 {
-    int64_t i = g ? hash_find(g->t_hash, g->t_hmask, name, t_name_of, g) : -1;
+    int64_t i = g ? index_find(g->t_ix, g->n_t, name) : -1;
     return i >= 0 ? &g->t[i] : NULL;
 }
