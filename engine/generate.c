@@ -442,15 +442,16 @@ static tdm_status eval1(tdm_generator *g, int32_t id, tdm_error *err)
 /* Evaluates ids[from..n) (see the comment at the top of the file). */
 static tdm_status eval_prompt(tdm_generator *g, int32_t from, int32_t n, bool chat, tdm_error *err)
 {
-    int32_t split = n;
+    int32_t split = n; /* without recurrent layers: one batch, nothing to keep */
     if (g->recurrent) {
-        split = n - 1;
-        if (chat && g->tok_im_start >= 0)
-            for (int32_t i = n - 1; i > from; i--)
-                if (g->ids[i] == g->tok_im_start) {
-                    split = i;
-                    break;
-                }
+        int32_t last = -1;
+        for (int32_t i = n - 1; chat && g->tok_im_start >= 0 && i >= 0 && last < 0; i--)
+            if (g->ids[i] == g->tok_im_start)
+                last = i;
+        if (last < 0)
+            last = n - 1; /* raw prompt: keep the state before its last token */
+        /* at or before `from` the checkpoint already sits where it should */
+        split = last > from ? last : from;
     }
     tdm_status st;
     if (split > from) {

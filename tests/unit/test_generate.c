@@ -236,6 +236,26 @@ static void test_prefix_reuse_and_determinism(void **state)
     assert_string_equal(c.text[0], d.text[0]);
 }
 
+static void test_chat_prefix_reuse(void **state)
+{
+    fixture *f = *state;
+    tdm_gen_params p;
+    greedy(&p, 30);
+    capture a = {0}, b = {0}, c = {0};
+    chat(f, "What is 12 + 7?", TDM_GEN_THINK_OFF, &p, &a);
+    tdm_gen_result again = chat(f, "What is 12 + 7?", TDM_GEN_THINK_OFF, &p, &b);
+    assert_string_equal(a.text[0], b.text[0]);
+    assert_true(again.n_reused >= 10 && again.n_reused < again.n_prompt);
+    tdm_gen_message turns[3] = {{"user", "What is 12 + 7?", NULL}, {"assistant", a.text[0], NULL},
+                                {"user", "What is 3 times 4?", NULL}};
+    tdm_gen_callbacks cb = {on_prompt, on_text, cancelled, &c};
+    tdm_gen_result r;
+    tdm_error err = {0};
+    assert_int_equal(tdm_generator_chat(f->g, turns, 3, TDM_GEN_THINK_OFF, &p, &cb, &r, &err), TDM_OK);
+    assert_true(r.n_reused >= again.n_reused);
+    assert_true(r.n_prompt > again.n_prompt);
+}
+
 static void test_cancel(void **state)
 {
     fixture *f = *state;
@@ -346,6 +366,7 @@ int main(void)
     const struct CMUnitTest model[] = {
         cmocka_unit_test(test_stop_string_across_tokens),
         cmocka_unit_test(test_prefix_reuse_and_determinism),
+        cmocka_unit_test(test_chat_prefix_reuse),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_ignore_eog_reaches_cap),
         cmocka_unit_test(test_thinking_budget_and_parts),
