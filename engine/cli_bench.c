@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "membw.h"
 #include "model.h"
 #include "projection.h"
 #include "session.h"
@@ -26,7 +27,10 @@ const char tdm_cli_bench_help[] =
     "  --prompt LIST   prompt lengths in tokens (default 512,4096); text from the tokenizer\n"
     "  --gen N         greedy tokens generated after each prompt (default 256)\n"
     "  --gpu-mem LIST  VRAM budgets (GiB) for the projected hybrid bound (default 8,12,16,24)\n"
-    "  --membw GBPS    host read bandwidth for the bound (the probe's all-core read GB/s)\n"
+    "  --membw [GBPS]  host read bandwidth for the bound; without a value (and by default)\n"
+    "                  the probe (cpu_experts/membw.h) measures it and prints its table\n"
+    "  --no-measure    no probe and no bound unless --membw GBPS\n"
+    "  --probe-mib N   probe buffer size (default 1024)\n"
     "  --efficiency F  pool GB/s / probe GB/s for the hybrid projection (default 0.80)\n"
     "  --json FILE     result file (default bench/results/bench-<model>-<UTC time>.json)\n"
     "  --plot          also run bench/plot.sh on the JSON (gnuplot PNG next to it)\n"
@@ -53,7 +57,8 @@ typedef struct bench_opts {
     double gpu_mem[MAX_LIST];
     int n_gpu_mem;
     double membw, efficiency;
-    bool plot;
+    bool plot, measure;
+    size_t probe_bytes;
 } bench_opts;
 
 typedef struct bench_run {
@@ -98,15 +103,23 @@ static int parse_gib_list(const char *s, double *out)
 
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
+    const char *bad_arg = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
-        if (!strcmp(a, "--plot")) {
-            o->plot = true;
+        if (!strcmp(a, "--plot") || !strcmp(a, "--no-measure")) {
+            o->plot |= !strcmp(a, "--plot");
+            o->measure &= !!strcmp(a, "--no-measure");
             continue;
         }
-        if (!v)
+        if (!strcmp(a, "--membw") && (!v || strtod(v, &end) == 0 || end == v)) {
+            o->measure = true; /* no value: run the probe */
+            continue;
+        }
+        if (!v) {
+            bad_arg = a;
             goto bad;
+        }
         i++;
         if (!strcmp(a, "-m"))
             o->model = v;
@@ -125,12 +138,19 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->membw = strtod(v, &end);
             if (*end || !(o->membw > 0))
                 o->membw = -1;
+        } else if (!strcmp(a, "--probe-mib")) {
+            long mib = strtol(v, &end, 10);
+            if (*end || mib < 1 || mib > 1 << 20)
+                o->membw = -1;
+            o->probe_bytes = (size_t)mib << 20;
         } else if (!strcmp(a, "--efficiency")) {
             o->efficiency = strtod(v, &end);
             if (*end || !(o->efficiency > 0 && o->efficiency <= 1.5))
                 o->efficiency = -1;
-        } else
+        } else {
+            bad_arg = a;
             goto bad;
+        }
         if (o->n_threads < 0 || o->n_prompts < 0 || o->n_gpu_mem < 0 || o->gen < 0 || o->membw < 0 ||
             o->efficiency < 0) {
             fprintf(stderr, "tandem bench: bad value for %s: %s\n", a, v);
@@ -139,8 +159,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     }
     return 0;
 bad:
-    fprintf(stderr, "tandem bench: unexpected argument '%s'\n%s%s", argv[argc - 1 < 1 ? 0 : 1],
-            tdm_cli_bench_help, tdm_proj_cli_usage);
+    fprintf(stderr, "tandem bench: unexpected or incomplete argument '%s' (see tandem bench --help)\n",
+            bad_arg);
     return 2;
 }
 
@@ -208,6 +228,9 @@ typedef struct bench_ctx {
     tdm_proj_grid grid; /* one DRAM row (membw) x the --gpu-mem budgets */
     bool have_grid;
     bool synthetic;
+    bool measured;      /* membw comes from the probe */
+    double membw;       /* host read GB/s for the bound (0: none) */
+    tdm_proj_host host;
     bench_run runs[MAX_LIST * MAX_LIST];
     int n_runs;
 } bench_ctx;
@@ -216,21 +239,38 @@ typedef struct bench_ctx {
 static double cpu_path_bound(const bench_ctx *c)
 {
     double bytes = (double)(c->pm.active_expert_bytes + tdm_proj_dense_bytes(&c->pm));
-    return c->o->membw > 0 ? c->o->membw * 1e9 / bytes : 0;
+    return c->membw > 0 ? c->membw * 1e9 / bytes : 0;
 }
 
 static tdm_status setup_projection(bench_ctx *c, const tdm_gguf *g, tdm_error *err)
 {
     tdm_status st = tdm_proj_model_from_gguf(g, c->model_name, &c->pm, err);
-    if (st || (st = tdm_proj_hitcurve_zipf(TDM_PROJ_DEFAULT_ZIPF_S, c->pm.n_expert, &c->hc, err)))
+    if (st)
         return st;
-    if (!(c->o->membw > 0))
+    return tdm_proj_hitcurve_zipf(TDM_PROJ_DEFAULT_ZIPF_S, c->pm.n_expert, &c->hc, err);
+}
+
+/* After the workload: the probe pins threads, which must not change the runs. */
+static tdm_status setup_bound(bench_ctx *c, tdm_error *err)
+{
+    tdm_status st;
+    if (c->o->measure && !(c->o->membw > 0)) {
+        if ((st = tdm_proj_measure_host(c->o->probe_bytes, &c->host, err)))
+            return st;
+        c->measured = true;
+        c->membw = c->host.read_gbps;
+        tdm_proj_host_print(stdout, &c->host);
+    }
+    if (!(c->membw > 0))
         return TDM_OK;
     tdm_proj_grid *gr = &c->grid;
     tdm_proj_grid_default(&c->pm, gr);
     gr->n_dram = 0;
-    if ((st = tdm_proj_grid_add_dram(gr, "measured", c->o->membw, true, err)))
+    if ((st = tdm_proj_grid_add_dram(gr, c->measured ? "this host (probe)" : "measured", c->membw,
+                                     true, err)))
         return st;
+    if (c->measured && !(c->o->efficiency > 0))
+        gr->dram[0].efficiency = c->host.efficiency;
     gr->n_vram = c->o->n_gpu_mem;
     memcpy(gr->vram_gib, c->o->gpu_mem, sizeof c->o->gpu_mem);
     if (c->o->efficiency > 0) {
@@ -262,8 +302,9 @@ static void print_report(const bench_ctx *c)
            (c->pm.active_expert_bytes + tdm_proj_dense_bytes(&c->pm)) / 1e9,
            bound > 0 ? "" : ", give --membw GBPS for it");
     if (c->have_grid) {
-        printf("\nhybrid projection with %.1f GB/s host, efficiency %.2f (%s), %s:\n", c->o->membw,
-               c->grid.base.efficiency, c->grid.efficiency_source, c->hc.source);
+        double eff = c->grid.dram[0].efficiency > 0 ? c->grid.dram[0].efficiency : c->grid.base.efficiency;
+        printf("\nhybrid projection with %.1f GB/s host, efficiency %.2f, %s:\n", c->membw, eff,
+               c->hc.source);
         for (int v = 0; v < c->grid.n_vram; v++)
             printf("  --gpu-mem %5.1f GiB: %8.1f tok/s projected (%s, hit %.1f%%), measured n/a\n",
                    c->grid.vram_gib[v], c->grid.points[v].tok_s,
@@ -293,9 +334,19 @@ static cJSON *report_json(const bench_ctx *c)
     cJSON_AddNumberToObject(m, "active_expert_bytes_per_token", (double)c->pm.active_expert_bytes);
     cJSON_AddNumberToObject(m, "dense_bytes_per_token", (double)tdm_proj_dense_bytes(&c->pm));
     cJSON *h = cJSON_AddObjectToObject(root, "host");
-    add_num_or_null(h, "membw_gbps", o->membw, o->membw > 0);
-    cJSON_AddStringToObject(h, "membw_source", o->membw > 0 ? "user" : "none");
-    cJSON_AddNumberToObject(h, "max_threads", omp_get_num_procs());
+    add_num_or_null(h, "membw_gbps", c->membw, c->membw > 0);
+    cJSON_AddStringToObject(h, "membw_source", c->measured ? "probe" : c->membw > 0 ? "user" : "none");
+    if (c->measured) {
+        cJSON *pr = cJSON_AddObjectToObject(h, "probe");
+        cJSON_AddNumberToObject(pr, "threads", c->host.threads);
+        cJSON_AddNumberToObject(pr, "bytes", (double)c->host.bytes);
+        cJSON_AddNumberToObject(pr, "read_gbps", c->host.read_gbps);
+        cJSON_AddNumberToObject(pr, "copy_gbps", c->host.copy_gbps);
+        cJSON_AddNumberToObject(pr, "triad_gbps", c->host.triad_gbps);
+        cJSON_AddNumberToObject(pr, "matvec_q4k_gbps", c->host.matvec_gbps);
+        cJSON_AddNumberToObject(pr, "efficiency", c->host.efficiency);
+    }
+    cJSON_AddNumberToObject(h, "physical_cores", tdm_membw_physical_cores());
     cJSON_AddStringToObject(root, "engine_path", "cpu");
     cJSON *w = cJSON_AddObjectToObject(root, "workload");
     a = cJSON_AddArrayToObject(w, "prompt_tokens");
@@ -422,7 +473,8 @@ int tdm_cli_bench(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--project"))
-            return tdm_proj_cli_run(argc, argv, "tandem bench --project", tdm_cli_default_model());
+            return tdm_proj_cli_run(argc, argv, "tandem bench --project", tdm_cli_default_model(),
+                                    true);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("%s%s", tdm_cli_bench_help, tdm_proj_cli_usage);
@@ -430,7 +482,7 @@ int tdm_cli_bench(int argc, char **argv)
         }
     static bench_opts o;
     o = (bench_opts){.prompts = {512, 4096}, .n_prompts = 2, .gen = 256, .n_gpu_mem = 4,
-                     .gpu_mem = {8, 12, 16, 24}};
+                     .gpu_mem = {8, 12, 16, 24}, .measure = true};
     o.threads[0] = omp_get_max_threads();
     o.n_threads = 1;
     int rc = parse_args(argc, argv, &o);
@@ -441,6 +493,7 @@ int tdm_cli_bench(int argc, char **argv)
     static bench_ctx c;
     memset(&c, 0, sizeof c);
     c.o = &o;
+    c.membw = o.membw > 0 ? o.membw : 0;
     const char *slash = strrchr(o.model, '/');
     c.model_name = slash ? slash + 1 : o.model;
     tdm_error err = {0};
@@ -456,6 +509,8 @@ int tdm_cli_bench(int argc, char **argv)
         printf(", %d greedy tokens\n", o.gen);
         st = run_workload(&c, model, &err);
     }
+    if (!st)
+        st = setup_bound(&c, &err);
     if (!st) {
         print_report(&c);
         if (o.json)

@@ -597,6 +597,7 @@ tdm_status tdm_proj_grid_add_dram(tdm_proj_grid *g, const char *name, double gbp
     snprintf(d->name, sizeof d->name, "%s", name);
     d->gbps = gbps;
     d->measured = measured;
+    d->efficiency = 0;
     return TDM_OK;
 }
 
@@ -613,6 +614,8 @@ tdm_status tdm_proj_grid_run(const tdm_proj_model *m, const tdm_proj_hitcurve *h
                 return tdm_error_set(err, TDM_ERR_INVALID, "VRAM size %g GiB", g->vram_gib[c]);
             tdm_proj_machine mc = g->base;
             mc.dram_gbps = g->dram[r].gbps;
+            if (g->dram[r].efficiency > 0)
+                mc.efficiency = g->dram[r].efficiency;
             mc.vram_bytes = (uint64_t)(g->vram_gib[c] * GIB);
             tdm_status st = tdm_proj_predict(m, h, &mc, &g->points[r * g->n_vram + c], err);
             if (st)
@@ -658,7 +661,12 @@ void tdm_proj_grid_print(FILE *f, const tdm_proj_model *m, const tdm_proj_hitcur
     }
     fputc('\n', f);
     for (int32_t r = 0; r < g->n_dram; r++) {
-        fprintf(f, "%-24s %7.1f |", g->dram[r].name, g->dram[r].gbps);
+        char label[TDM_PROJ_NAME_MAX + 16];
+        if (g->dram[r].efficiency > 0)
+            snprintf(label, sizeof label, "%s x%.2f", g->dram[r].name, g->dram[r].efficiency);
+        else
+            snprintf(label, sizeof label, "%s", g->dram[r].name);
+        fprintf(f, "%-24s %7.1f |", label, g->dram[r].gbps);
         for (int32_t c = 0; c < g->n_vram; c++) {
             const tdm_proj_point *p = &g->points[r * g->n_vram + c];
             fprintf(f, " %7.1f %-5s |", p->tok_s, bound_short(p->bound));
@@ -722,11 +730,18 @@ static cJSON *assumptions_json(const tdm_proj_hitcurve *h, const tdm_proj_grid *
     return o;
 }
 
-static cJSON *point_json(const tdm_proj_dram *d, double gib, const tdm_proj_point *p)
+static double row_efficiency(const tdm_proj_grid *g, const tdm_proj_dram *d)
+{
+    return d->efficiency > 0 ? d->efficiency : g->base.efficiency;
+}
+
+static cJSON *point_json(const tdm_proj_grid *g, const tdm_proj_dram *d, double gib,
+                         const tdm_proj_point *p)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "dram", d->name);
     cJSON_AddNumberToObject(o, "dram_gbps", d->gbps);
+    cJSON_AddNumberToObject(o, "efficiency", row_efficiency(g, d));
     cJSON_AddBoolToObject(o, "dram_measured", d->measured);
     cJSON_AddNumberToObject(o, "vram_gib", gib);
     cJSON_AddBoolToObject(o, "fits", p->bound != TDM_PROJ_BOUND_NOFIT);
@@ -765,6 +780,7 @@ char *tdm_proj_json(const tdm_proj_model *m, const tdm_proj_hitcurve *h, const t
         cJSON_AddStringToObject(o, "name", g->dram[r].name);
         cJSON_AddNumberToObject(o, "gbps", g->dram[r].gbps);
         cJSON_AddBoolToObject(o, "measured", g->dram[r].measured);
+        cJSON_AddNumberToObject(o, "efficiency", row_efficiency(g, &g->dram[r]));
         cJSON_AddItemToArray(dr, o);
     }
     cJSON *vr = cJSON_AddArrayToObject(root, "vram_gib");
@@ -773,7 +789,7 @@ char *tdm_proj_json(const tdm_proj_model *m, const tdm_proj_hitcurve *h, const t
     cJSON *pts = cJSON_AddArrayToObject(root, "points");
     for (int32_t r = 0; r < g->n_dram; r++)
         for (int32_t c = 0; c < g->n_vram; c++)
-            cJSON_AddItemToArray(pts, point_json(&g->dram[r], g->vram_gib[c],
+            cJSON_AddItemToArray(pts, point_json(g, &g->dram[r], g->vram_gib[c],
                                                  &g->points[r * g->n_vram + c]));
     char *s = cJSON_Print(root);
     cJSON_Delete(root);

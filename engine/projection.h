@@ -179,6 +179,7 @@ typedef struct tdm_proj_dram {
     char name[TDM_PROJ_NAME_MAX]; /* "DDR5-5200 dual" or "measured" */
     double gbps;
     bool measured;
+    double efficiency;            /* this row's pool efficiency; 0: the grid's base.efficiency */
 } tdm_proj_dram;
 
 /* The three dual-channel presets: 2 channels x 8 B x MT/s. */
@@ -217,12 +218,29 @@ tdm_status tdm_proj_json_write(const char *path, const tdm_proj_model *m,
                                const tdm_proj_hitcurve *h, const tdm_proj_grid *g,
                                tdm_error *err);
 
+/* ---- this host, measured with the bandwidth probe (cpu_experts/membw.h) ---- */
+typedef struct tdm_proj_host {
+    int threads;            /* pinned threads: every physical core */
+    size_t bytes;           /* probe buffers */
+    double read_gbps, copy_gbps, triad_gbps; /* medians */
+    double matvec_gbps;     /* the engine's Q4_K matvec on 512 x 2048 expert matrices */
+    double efficiency;      /* matvec_gbps / read_gbps: the pool's sustained fraction */
+} tdm_proj_host;
+
+/* Runs read/copy/triad and the matvec rate on all physical cores (bytes 0:
+ * the probe's default 1 GiB; 7 repeats). Errors from the probe pass through. */
+tdm_status tdm_proj_measure_host(size_t bytes, tdm_proj_host *out, tdm_error *err);
+void tdm_proj_host_print(FILE *f, const tdm_proj_host *h);
+
 /* ---- the front end shared by `tandem bench --project` and tools/ddr ---- */
 /* Option help text (one option per line, two-space indent). */
 extern const char tdm_proj_cli_usage[];
 /* Parses argv[1..] (argv[0] is the command), prints the table and writes
  * --json. default_model is used when neither -m nor --preset is given (NULL:
- * one is required). Returns an exit code: 0 ok, 1 failure, 2 usage error. */
-int tdm_proj_cli_run(int argc, char **argv, const char *prog, const char *default_model);
+ * one is required). measure: probe this host unless --membw GBPS or
+ * --no-measure (else only with --measure). Returns an exit code: 0 ok,
+ * 1 failure, 2 usage error. */
+int tdm_proj_cli_run(int argc, char **argv, const char *prog, const char *default_model,
+                     bool measure);
 
 #endif

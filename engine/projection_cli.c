@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "membw.h"
 #include "projection.h"
 
 static bool parse_double(const char *s, double lo, double hi, double *out)
@@ -32,13 +33,52 @@ static int parse_gib_list(const char *s, double *out, int cap)
     return n;
 }
 
+tdm_status tdm_proj_measure_host(size_t bytes, tdm_proj_host *out, tdm_error *err)
+{
+    tdm_membw_opts o;
+    tdm_membw_opts_default(&o);
+    if (bytes)
+        o.bytes = bytes;
+    tdm_membw_result r;
+    tdm_status st = tdm_membw_run(&o, &r, err);
+    if (st)
+        return tdm_error_wrap(err, "bandwidth probe");
+    /* the expert shape of Qwen3.5-35B-A3B / Qwen3-Next gate and up matrices */
+    tdm_membw_matvec_opts mo = {.type = TDM_Q_Q4_K, .rows = 512, .cols = 2048, .bytes = o.bytes,
+                                .threads = o.threads, .repeats = o.repeats};
+    tdm_membw_stats mv;
+    if ((st = tdm_membw_matvec(&mo, &mv, err)))
+        return tdm_error_wrap(err, "matvec bandwidth");
+    *out = (tdm_proj_host){.threads = r.threads, .bytes = r.bytes,
+                           .read_gbps = r.kind[TDM_MEMBW_READ].median_gbs,
+                           .copy_gbps = r.kind[TDM_MEMBW_COPY].median_gbs,
+                           .triad_gbps = r.kind[TDM_MEMBW_TRIAD].median_gbs,
+                           .matvec_gbps = mv.median_gbs};
+    if (!(out->read_gbps > 0 && out->matvec_gbps > 0))
+        return tdm_error_set(err, TDM_ERR_INVALID, "bandwidth probe measured read %g, matvec %g GB/s",
+                             out->read_gbps, out->matvec_gbps);
+    out->efficiency = out->matvec_gbps / out->read_gbps;
+    if (out->efficiency > 1.5) /* a cache-resident probe; keep the model in range */
+        out->efficiency = 1.5;
+    return TDM_OK;
+}
+
+void tdm_proj_host_print(FILE *f, const tdm_proj_host *h)
+{
+    fprintf(f, "host bandwidth probe: %d threads (physical cores), %.0f MiB, medians in GB/s\n",
+            h->threads, (double)h->bytes / (1 << 20));
+    fprintf(f, "  read %.1f  copy %.1f  triad %.1f  engine Q4_K matvec %.1f  -> efficiency %.2f\n",
+            h->read_gbps, h->copy_gbps, h->triad_gbps, h->matvec_gbps, h->efficiency);
+}
+
 typedef struct proj_opts {
     const char *model, *preset, *curve, *policy, *json, *membw_name;
     double membw, efficiency, zipf_s, vram_gbps, vram_eff, latency_us, reserve_gib;
     int n_ctx, decode_ctx;
     int n_vram;
     double vram[TDM_PROJ_GRID_MAX];
-    bool quiet;
+    bool quiet, measure;
+    size_t probe_bytes;
 } proj_opts;
 
 static int usage_error(const char *prog, const char *msg, const char *arg)
@@ -57,8 +97,11 @@ static int parse_opts(int argc, char **argv, const char *prog, const char *defau
         bool takes = true;
         if (!strcmp(a, "-h") || !strcmp(a, "--help"))
             return -1;
-        if (!strcmp(a, "--project") || !strcmp(a, "--quiet")) {
+        if (!strcmp(a, "--project") || !strcmp(a, "--quiet") || !strcmp(a, "--measure") ||
+            !strcmp(a, "--no-measure")) {
             o->quiet |= !strcmp(a, "--quiet");
+            if (strstr(a, "measure"))
+                o->measure = !strcmp(a, "--measure");
             continue;
         }
         if (!v)
@@ -101,6 +144,11 @@ static int parse_opts(int argc, char **argv, const char *prog, const char *defau
             if (!parse_double(v, 1, 1 << 24, &c))
                 return usage_error(prog, "--ctx wants 1..16M tokens", v);
             o->n_ctx = (int)c;
+        } else if (!strcmp(a, "--probe-mib")) {
+            double mib;
+            if (!parse_double(v, 1, 1 << 20, &mib))
+                return usage_error(prog, "--probe-mib wants MiB >= 1", v);
+            o->probe_bytes = (size_t)(mib * (1 << 20));
         } else if (!strcmp(a, "--decode-ctx")) {
             double c;
             if (!parse_double(v, 0, 1 << 24, &c))
@@ -175,6 +223,19 @@ static tdm_status run(const proj_opts *o, tdm_error *err)
     if (o->membw > 0 && (st = tdm_proj_grid_add_dram(&g, o->membw_name ? o->membw_name : "measured",
                                                      o->membw, true, err)))
         return st;
+    if (o->measure && !(o->membw > 0)) {
+        tdm_proj_host host;
+        if ((st = tdm_proj_measure_host(o->probe_bytes, &host, err)))
+            return st;
+        if (!o->quiet)
+            tdm_proj_host_print(stdout, &host);
+        if ((st = tdm_proj_grid_add_dram(&g, o->membw_name ? o->membw_name : "this host (probe)",
+                                         host.read_gbps, true, err)))
+            return st;
+        /* the measured kernel efficiency belongs to this host's row; the
+         * preset rows keep --efficiency or the default */
+        g.dram[g.n_dram - 1].efficiency = o->efficiency > 0 ? o->efficiency : host.efficiency;
+    }
     if ((st = tdm_proj_grid_run(&m, &h, &g, err)))
         return st;
     if (!o->quiet)
@@ -193,6 +254,9 @@ const char tdm_proj_cli_usage[] =
     "  --preset NAME          instead of a file: qwen35-35b-a3b | qwen3next-80b-a3b | qwen3-30b-a3b\n"
     "                         | demo (published shapes, llama-quantize Q4_K_M type mix)\n"
     "  --membw GBPS           add a row for this host bandwidth (probe read GB/s)\n"
+    "  --measure, --no-measure  run the bandwidth probe for that row and the efficiency\n"
+    "                         (default: on for tandem bench --project, off for tools/ddr)\n"
+    "  --probe-mib N          probe buffer size (default 1024)\n"
     "  --membw-name NAME      label of that row (default \"measured\")\n"
     "  --efficiency F         pool GB/s / probe read GB/s (default 0.80)\n"
     "  --hit-curve FILE       hit rates: tandem expert profile, cachesim JSON or CSV\n"
@@ -207,10 +271,11 @@ const char tdm_proj_cli_usage[] =
     "  --json FILE            write the tandem-projection JSON\n"
     "  --quiet                no table\n";
 
-int tdm_proj_cli_run(int argc, char **argv, const char *prog, const char *default_model)
+int tdm_proj_cli_run(int argc, char **argv, const char *prog, const char *default_model,
+                     bool measure)
 {
     proj_opts o = {.zipf_s = TDM_PROJ_DEFAULT_ZIPF_S, .latency_us = -1, .reserve_gib = -1,
-                   .decode_ctx = -1};
+                   .decode_ctx = -1, .measure = measure};
     int rc = parse_opts(argc, argv, prog, default_model, &o);
     if (rc == -1) {
         printf("usage: %s [options]\n%s", prog, tdm_proj_cli_usage);

@@ -7,5 +7,5 @@
 
 int main(int argc, char **argv)
 {
-    return tdm_proj_cli_run(argc, argv, "ddr", NULL);
+    return tdm_proj_cli_run(argc, argv, "ddr", NULL, false);
 }

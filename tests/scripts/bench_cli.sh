@@ -35,7 +35,9 @@ for p in pts:
     need(p["fits"] == (p["bound"] != "no-fit"), "fits vs bound")
     need((p["tok_s"] > 0) == p["fits"], "tok_s > 0 exactly when it fits")
     need(p["tok_s_serial"] <= p["tok_s"] * (1 + 1e-9), "serial estimate above the overlapped one")
-    cell[(p["dram_gbps"], p["vram_gib"])] = p["tok_s"]
+    need(0 < p["efficiency"] <= 1.5, "efficiency")
+    # rows compare by the bandwidth the pool sustains
+    cell[(p["dram_gbps"] * p["efficiency"], p["vram_gib"])] = p["tok_s"]
 gb = sorted({k[0] for k in cell}); vr = sorted({k[1] for k in cell})
 for g in gb:
     for lo, hi in zip(vr, vr[1:]):
@@ -54,6 +56,14 @@ grep -q "measured" "$tmp/demo.txt" || fail "table lacks the --membw row"
 validate "$tmp/demo.json" || fail "demo projection JSON"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["model"]["arch"]=="qwen35moe" and len(d["dram"])==4' \
     "$tmp/demo.json" || fail "demo JSON content"
+
+# 1b. the same with the host probe (small buffers: a format check, not a measurement)
+"$BUILD/tandem" bench --project -m models/demo/demo-Q4_K_M.gguf --probe-mib 4 \
+    --json "$tmp/probe.json" > "$tmp/probe.txt" || fail "bench --project with the probe"
+grep -q "host bandwidth probe" "$tmp/probe.txt" || fail "probe table not printed"
+validate "$tmp/probe.json" || fail "probe projection JSON"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); r=d["dram"][-1]; assert r["measured"] and r["gbps"] > 0 and d["dram"][0]["efficiency"] == 0.8' \
+    "$tmp/probe.json" || fail "probe row"
 
 # 2. tools/ddr presets, default grid and a wide one, Zipf and a table curve
 printf 'fraction,hit_rate\n0.1,0.3\n0.3,0.6\n0.6,0.85\n' > "$tmp/curve.csv"
@@ -89,6 +99,11 @@ grep -q "1.7" "$tmp/err" || fail "bad curve message names the value"
 # 5. a short measured run: the tandem-bench JSON has its fields (no speed is asserted)
 "$BUILD/tandem" bench -m models/demo/demo-Q4_K_M.gguf --prompt 8,16 --gen 4 --threads 1 --membw 20 \
     --gpu-mem 1,2 --json "$tmp/run.json" > /dev/null 2>&1 || fail "tandem bench run"
+"$BUILD/tandem" bench -m models/demo/demo-Q4_K_M.gguf --prompt 8 --gen 2 --threads 1 --membw \
+    --probe-mib 4 --json "$tmp/run2.json" > /dev/null 2>&1 || fail "tandem bench run with the probe"
+python3 -c 'import json,sys; h=json.load(open(sys.argv[1]))["host"]; assert h["membw_source"]=="probe" and h["probe"]["read_gbps"]==h["membw_gbps"]>0' \
+    "$tmp/run2.json" || fail "probe fields of the bench JSON"
+"$BUILD/tandem" bench --gen 0 > /dev/null 2>&1; [ $? -eq 2 ] || fail "bench --gen 0: usage error"
 python3 - "$tmp/run.json" <<'PY' || fail "bench JSON"
 import json, sys
 d = json.load(open(sys.argv[1]))
