@@ -180,16 +180,15 @@ DOT32(dot_mxfp4, MXFP4, w_mxfp4, 1, s_mxfp4, NULL, Q8_0)
 
 /* ---- K-quants against Q8_K ---------------------------------------------- */
 
-/* Q4_K / Q5_K block: returns the int32 lanes of sum sc*q*y, sets the mins sum. */
-INLINE __m256i q45k_block(const uint8_t *x, const uint8_t *qs, const uint8_t *qh, const uint8_t *y, int *summs)
+/* Q4_K / Q5_K block: returns the int32 lanes of sum sc*q*y, sets the lanes of
+ * the mins sum. */
+INLINE __m256i q45k_block(const uint8_t *x, const uint8_t *qs, const uint8_t *qh, const uint8_t *y,
+                          __m256i *mins_lanes)
 {
-    uint8_t sc[8], mn[8];
-    tdm_q4k_scales(x + Q4K_SCALES, sc, mn);
-    __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
-    __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-    *summs = hsum_i32(_mm256_madd_epi16(q8k_bsums(y), mins16));
+    __m256i sc16 = q4k_scales16(x, y, mins_lanes);
     __m256i isum = _mm256_setzero_si256(), low4 = _mm256_set1_epi8(0x0F);
     __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : low4;
+#pragma GCC unroll 4
     for (int p = 0; p < 4; p++) {
         __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
         __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
@@ -200,24 +199,23 @@ INLINE __m256i q45k_block(const uint8_t *x, const uint8_t *qs, const uint8_t *qh
         }
         __m256i p0 = _mm256_maddubs_epi16(lo, q8k_load(y, 2 * p));
         __m256i p1 = _mm256_maddubs_epi16(hi, q8k_load(y, 2 * p + 1));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * p])));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * p + 1])));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, bcast16(sc16, 2 * p)));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, bcast16(sc16, 2 * p + 1)));
     }
     return isum;
 }
 
 INLINE float dot_q45k(int64_t n, const uint8_t *w, const uint8_t *y, int bsize, int qs_off, int qh_off)
 {
-    __m256 acc = _mm256_setzero_ps();
-    float macc = 0.0f;
+    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++, w += bsize, y += TDM_ACT_Q8_K) {
-        int summs;
-        __m256i isum = q45k_block(w, w + qs_off, qh_off ? w + qh_off : NULL, y, &summs);
+        __m256i mins;
+        __m256i isum = q45k_block(w, w + qs_off, qh_off ? w + qh_off : NULL, y, &mins);
         float dy = tdm_rd_f32(y + Q8K_D);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * dy), _mm256_cvtepi32_ps(isum), acc);
-        macc += (fp16(w + 2) * dy) * (float)summs;
+        macc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + 2) * dy), _mm256_cvtepi32_ps(mins), macc);
     }
-    return hsum_ps(acc) - macc;
+    return hsum_ps(acc) - hsum_ps(macc);
 }
 
 static float dot_q4_k(int64_t n, const void *w, const void *y) { return dot_q45k(n, w, y, TDM_B_Q4_K, Q4K_QS, 0); }
@@ -233,6 +231,7 @@ static float dot_q6_k(int64_t n, const void *w, const void *yq)
         /* the -32 offset through the bsums: sum sc*(q-32)*y = sum sc*q*y - 32 sum sc*bsum */
         __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
                                         _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 5));
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = x + Q6K_QL + 64 * h;
             __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
@@ -245,6 +244,7 @@ static float dot_q6_k(int64_t n, const void *w, const void *yq)
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2)),
             };
+#pragma GCC unroll 4
             for (int part = 0; part < 4; part++) {
                 int c = 4 * h + part;
                 __m256i p = _mm256_maddubs_epi16(q[part], q8k_load(y, c));
@@ -277,6 +277,7 @@ static float dot_q2_k(int64_t n, const void *w, const void *yq)
         __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), low4));
         int summs = hsum_i32(_mm256_madd_epi16(q8k_bsums(y), mn16));
         __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
             __m256i p = _mm256_maddubs_epi16(two_bits(x + Q2K_QS, c), q8k_load(y, c));
             isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
@@ -300,6 +301,7 @@ static float dot_q3_k(int64_t n, const void *w, const void *yq)
         __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
                                         _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 2));
         __m256i hm = _mm256_loadu_si256((const __m256i *)(x + Q3K_HMASK)), one = _mm256_set1_epi8(1);
+#pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
             __m256i hb = _mm256_and_si256(shift_right16(hm, c), one);
             __m256i u = _mm256_or_si256(two_bits(x + Q3K_QS, c), _mm256_slli_epi16(hb, 2));
@@ -318,11 +320,12 @@ static float dot_iq4_xs(int64_t n, const void *w, const void *yq)
     __m256 acc = _mm256_setzero_ps();
     const __m256i table = table16(tdm_kvalues_iq4nl);
     for (int64_t b = 0; b < n / 256; b++, x += TDM_B_IQ4_XS, y += TDM_ACT_Q8_K) {
-        __m256i isum = _mm256_setzero_si256();
+        __m256i isum = _mm256_setzero_si256(), ls16 = iq4xs_scales16(x);
+#pragma GCC unroll 8
         for (int ib = 0; ib < 8; ib++) {
             __m256i wv = _mm256_shuffle_epi8(table, nibbles32(x + IQ4XS_QS + 16 * ib));
             __m256i p = mul_i8_pairs(wv, q8k_load(y, ib));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16((int16_t)tdm_iq4xs_scale(x, ib))));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, bcast16(ls16, ib)));
         }
         float d = fp16(x + IQ4XS_D) * tdm_rd_f32(y + Q8K_D);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);

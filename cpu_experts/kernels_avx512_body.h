@@ -148,19 +148,17 @@ DOT32_512(dot_mxfp4, MXFP4, w_mxfp4, s_mxfp4)
 /* Q4_K / Q5_K: register j holds sub-blocks 2j (low half) and 2j+1 (high half),
  * i.e. 64 consecutive elements. */
 INLINE __m512i q45k_block512(const uint8_t *x, const uint8_t *qs, const uint8_t *qh, const uint8_t *y,
-                             int *summs)
+                             __m256i *mins_lanes)
 {
-    uint8_t sc[8], mn[8];
-    tdm_q4k_scales(x + Q4K_SCALES, sc, mn);
-    __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
-    *summs = hsum_i32(_mm256_madd_epi16(q8k_bsums(y), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8))));
-    __m512i scv = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+    __m512i scv = _mm512_castsi256_si512(q4k_scales16(x, y, mins_lanes));
     const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
     __m512i hb = qh ? bcast256(qh) : low4, isum = _mm512_setzero_si512();
+#pragma GCC unroll 2
     for (int p2 = 0; p2 < 2; p2++) {
         __m512i q = load512(qs + 64 * p2);
         __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
         __m512i v[2] = {_mm512_shuffle_i64x2(lo, hi, 0x44), _mm512_shuffle_i64x2(lo, hi, 0xEE)};
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             int j = 2 * p2 + h;
             __m512i kk = halves16(2 * j, 2 * j + 1);
@@ -175,15 +173,15 @@ INLINE __m512i q45k_block512(const uint8_t *x, const uint8_t *qs, const uint8_t 
 INLINE float dot_q45k_512(int64_t n, const uint8_t *w, const uint8_t *y, int bsize, int qs_off, int qh_off)
 {
     __m512 acc = _mm512_setzero_ps();
-    float macc = 0.0f;
+    __m256 macc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++, w += bsize, y += TDM_ACT_Q8_K) {
-        int summs;
-        __m512i isum = q45k_block512(w, w + qs_off, qh_off ? w + qh_off : NULL, y, &summs);
+        __m256i mins;
+        __m512i isum = q45k_block512(w, w + qs_off, qh_off ? w + qh_off : NULL, y, &mins);
         float dy = tdm_rd_f32(y + Q8K_D);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(fp16(w) * dy), _mm512_cvtepi32_ps(isum), acc);
-        macc += (fp16(w + 2) * dy) * (float)summs;
+        macc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + 2) * dy), _mm256_cvtepi32_ps(mins), macc);
     }
-    return _mm512_reduce_add_ps(acc) - macc;
+    return _mm512_reduce_add_ps(acc) - hsum_ps(macc);
 }
 
 static float dot_q4_k(int64_t n, const void *w, const void *y) { return dot_q45k_512(n, w, y, TDM_B_Q4_K, Q4K_QS, 0); }
@@ -205,6 +203,7 @@ static float dot_q6_k(int64_t n, const void *w, const void *yq)
     for (int64_t b = 0; b < n / 256; b++, x += TDM_B_Q6_K, y += TDM_ACT_Q8_K) {
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + Q6K_SCALES)));
         __m512i scv = _mm512_castsi256_si512(sc16), isum = offset_lanes(y, sc16, 5);
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m512i l = load512(x + Q6K_QL + 64 * h), qh = bcast256(x + Q6K_QH + 32 * h);
             __m512i hb0 = _mm512_and_si512(_mm512_srlv_epi16(qh, halves16(0, 2)), three);
@@ -238,6 +237,7 @@ static float dot_q2_k(int64_t n, const void *w, const void *yq)
         __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), low4));
         int summs = hsum_i32(_mm256_madd_epi16(q8k_bsums(y), mn16));
         __m512i scv = _mm512_castsi256_si512(sc16), isum = _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (int c = 0; c < 8; c += 2)
             isum = dot_us_scaled(isum, two_bits512(x + Q2K_QS, c), q8k_load512(y, c),
                                  _mm512_permutexvar_epi16(quad16(2 * c), scv));
@@ -259,6 +259,7 @@ static float dot_q3_k(int64_t n, const void *w, const void *yq)
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
         __m512i scv = _mm512_castsi256_si512(sc16), isum = offset_lanes(y, sc16, 2);
         __m512i hm = bcast256(x + Q3K_HMASK);
+#pragma GCC unroll 4
         for (int c = 0; c < 8; c += 2) {
             __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, halves16(c, c + 1)), one);
             __m512i u = _mm512_or_si512(two_bits512(x + Q3K_QS, c), _mm512_slli_epi16(hb, 2));
@@ -277,10 +278,8 @@ static float dot_iq4_xs(int64_t n, const void *w, const void *yq)
     const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tdm_kvalues_iq4nl));
     const __m512i low4 = _mm512_set1_epi8(0x0F), nib_shift = _mm512_loadu_si512(k_nib_shift);
     for (int64_t b = 0; b < n / 256; b++, x += TDM_B_IQ4_XS, y += TDM_ACT_Q8_K) {
-        int16_t ls[8];
-        for (int ib = 0; ib < 8; ib++)
-            ls[ib] = (int16_t)tdm_iq4xs_scale(x, ib);
-        __m512i scv = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)ls)), isum = _mm512_setzero_si512();
+        __m512i scv = _mm512_castsi256_si512(iq4xs_scales16(x)), isum = _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (int m = 0; m < 4; m++) { /* sub-blocks 2m, 2m+1: 32 bytes -> 64 values */
             __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x + IQ4XS_QS + 32 * m)));
             q = _mm512_shuffle_i64x2(q, q, 0x50); /* 128-bit lanes: q0, q0, q1, q1 */

@@ -132,6 +132,37 @@ INLINE __m256i group_scales(__m256i sc16, int c)
                                                      1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0));
 }
 
+/* int16 lane k of v (8 int16 repeated in both 128-bit lanes) broadcast to all 16 lanes. */
+INLINE __m256i bcast16(__m256i v, int k)
+{
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)((2 * k) | (2 * k + 1) << 8)));
+}
+
+/* Q4_K/Q5_K scales as 8 int16 in both lanes, and the int32 lanes of
+ * sum_g bsums[g] * mn[g/2] (the min correction, summed by the caller). */
+INLINE __m256i q4k_scales16(const uint8_t *x, const uint8_t *y, __m256i *mins_lanes)
+{
+    uint64_t sc, mn;
+    tdm_q4k_scales_packed(x + Q4K_SCALES, &sc, &mn);
+    __m128i m8 = _mm_cvtsi64_si128((long long)mn);
+    *mins_lanes = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(y + Q8K_BSUMS)),
+                                    _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)));
+    return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+}
+
+/* IQ4_XS: the 8 sub-block scales minus 32 as int16 in both lanes. */
+INLINE __m256i iq4xs_scales16(const uint8_t *x)
+{
+    uint32_t l = tdm_rd_u32(x + IQ4XS_SL);
+    __m128i lo = _mm_cvtsi32_si128((int)(l & 0x0F0F0F0Fu)), hi = _mm_cvtsi32_si128((int)((l >> 4) & 0x0F0F0F0Fu));
+    __m128i low = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(lo, hi)); /* nibble of sub-block ib */
+    /* (sh >> 2ib) & 3 as (sh << (14 - 2ib)) >> 14 in 16-bit lanes */
+    __m128i sh = _mm_set1_epi16((short)tdm_rd_u16(x + IQ4XS_SH));
+    __m128i top = _mm_srli_epi16(_mm_mullo_epi16(sh, _mm_setr_epi16(1 << 14, 1 << 12, 1 << 10, 1 << 8, 1 << 6, 1 << 4, 1 << 2, 1)), 14);
+    __m128i ls = _mm_sub_epi16(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi16(32));
+    return _mm256_broadcastsi128_si256(ls);
+}
+
 INLINE __m256i q8k_load(const uint8_t *y, int c) { return _mm256_loadu_si256((const __m256i *)(y + Q8K_QS + 32 * c)); }
 INLINE __m256i q8k_bsums(const uint8_t *y) { return _mm256_loadu_si256((const __m256i *)(y + Q8K_BSUMS)); }
 

@@ -85,6 +85,18 @@ static inline void tdm_q4k_scales(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]
     }
 }
 
+/* The same unpacking on 32-bit words: byte k of *sc / *mn is sc[k] / mn[k].
+ * Bits 6-7 of a byte shift right by 2 into bits 4-5 of the same byte, so
+ * whole words can be masked at once. */
+static inline void tdm_q4k_scales_packed(const uint8_t *q, uint64_t *sc, uint64_t *mn)
+{
+    uint32_t a = tdm_rd_u32(q), b = tdm_rd_u32(q + 4), c = tdm_rd_u32(q + 8);
+    uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+    uint32_t mn_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+    *sc = (uint64_t)(a & 0x3F3F3F3Fu) | (uint64_t)sc_hi << 32;
+    *mn = (uint64_t)(b & 0x3F3F3F3Fu) | (uint64_t)mn_hi << 32;
+}
+
 /* Q3_K: the sixteen 6-bit group scales minus 32 (range -32..31). */
 static inline void tdm_q3k_scales(const uint8_t *b, int8_t s[16])
 {
