@@ -246,6 +246,58 @@ static void test_fixture_qwen35(void **state)
     run_fixture(QWEN35_GGUF, "tests/fixtures/tokenizer-qwen35.tests.json", "qwen35");
 }
 
+/* The other fixture models carry the same vocabularies. */
+static void test_fixture_other_models(void **state)
+{
+    (void)state;
+    run_fixture("tests/fixtures/micro-qwen3next/micro-qwen3next-f32.gguf", "tests/fixtures/tokenizer-qwen2.tests.json",
+                "qwen2");
+    run_fixture("tests/fixtures/small-qwen35moe/small-qwen35moe-Q4_K_M.gguf",
+                "tests/fixtures/tokenizer-qwen35.tests.json", "qwen35");
+}
+
+/* reference.json prompts (ids only): decode, re-encode, same ids. */
+static void test_reference_prompts(void **state)
+{
+    (void)state;
+    static const char *const models[][2] = {
+        {QWEN2_GGUF, "tests/fixtures/micro-qwen3moe/reference.json"},
+        {QWEN35_GGUF, "tests/fixtures/micro-qwen35moe/reference.json"},
+        {"tests/fixtures/micro-qwen3next/micro-qwen3next-f32.gguf", "tests/fixtures/micro-qwen3next/reference.json"},
+        {"tests/fixtures/small-qwen35moe/small-qwen35moe-Q4_K_M.gguf", "tests/fixtures/small-qwen35moe/reference.json"},
+    };
+    for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+        tdm_tokenizer *tk = open_tk(models[m][0]);
+        char *txt = read_file(models[m][1], NULL);
+        cJSON *j = cJSON_Parse(txt), *pr;
+        assert_non_null(j);
+        buffers b;
+        buffers_init(&b, tk, 8192);
+        int n_prompts = 0;
+        cJSON_ArrayForEach(pr, cJSON_GetObjectItem(j, "prompts"))
+        {
+            cJSON *toks = cJSON_GetObjectItem(pr, "tokens");
+            size_t n = (size_t)cJSON_GetArraySize(toks), len, n2;
+            int32_t *want = malloc(n * sizeof *want);
+            for (size_t i = 0; i < n; i++)
+                want[i] = cJSON_GetArrayItem(toks, (int)i)->valueint;
+            tdm_error err;
+            assert_int_equal(tdm_tokenizer_decode(tk, want, n, TDM_DECODE_SPECIAL, b.text, b.text_cap, &len, &err), TDM_OK);
+            assert_int_equal(tdm_tokenizer_encode(tk, b.text, len, TDM_TOKENIZE_PARSE_SPECIAL, b.ids, b.ids_cap, &n2, &err),
+                             TDM_OK);
+            if (n2 != n || memcmp(b.ids, want, n * sizeof *want))
+                fail_msg("%s prompt '%s' does not re-encode to its ids", models[m][1], pr->string);
+            free(want);
+            n_prompts++;
+        }
+        assert_int_equal(n_prompts, 3);
+        buffers_free(&b);
+        cJSON_Delete(j);
+        free(txt);
+        tdm_tokenizer_free(tk);
+    }
+}
+
 /* Demo model: llama.cpp's tokenisation of the prompts, and its greedy text. */
 static void test_demo_prompts(void **state)
 {
@@ -725,7 +777,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unicode_tables),   cmocka_unit_test(test_fixture_qwen2),
-        cmocka_unit_test(test_fixture_qwen35),   cmocka_unit_test(test_demo_prompts),
+        cmocka_unit_test(test_fixture_qwen35),   cmocka_unit_test(test_fixture_other_models),
+        cmocka_unit_test(test_reference_prompts), cmocka_unit_test(test_demo_prompts),
         cmocka_unit_test(test_round_trip_corpus), cmocka_unit_test(test_long_runs),
         cmocka_unit_test(test_stream_random_ids), cmocka_unit_test(test_api_errors),
         cmocka_unit_test(test_synthetic_vocab),  cmocka_unit_test(test_hostile_metadata),
