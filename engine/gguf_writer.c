@@ -30,6 +30,7 @@ struct tdm_gguf_writer {
     uint32_t version;
     uint32_t alignment;
     size_t align_payload_off; /* where general.alignment's value sits in kv; SIZE_MAX if absent */
+    bool in_set_alignment;    /* only set_alignment may add general.alignment */
 
     uint8_t *kv;  /* encoded KV pairs */
     size_t kv_len, kv_cap;
@@ -121,6 +122,9 @@ static tdm_status kv_begin(tdm_gguf_writer *w, const char *key, tdm_gguf_vtype t
     tdm_status st = check_writable(w, err);
     if (st) return st;
     if (!key || !key[0]) return tdm_error_set(err, TDM_ERR_INVALID, "gguf writer: empty key");
+    if (!w->in_set_alignment && strcmp(key, "general.alignment") == 0)
+        return tdm_error_set(err, TDM_ERR_INVALID,
+                             "gguf writer: general.alignment is set with tdm_gguf_writer_set_alignment");
     for (int64_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->keys[i], key) == 0)
             return tdm_error_set(err, TDM_ERR_INVALID, "gguf writer: duplicate key '%s'", key);
@@ -201,7 +205,9 @@ tdm_status tdm_gguf_writer_set_alignment(tdm_gguf_writer *w, uint32_t alignment,
         return tdm_error_set(err, TDM_ERR_INVALID,
                              "gguf writer: general.alignment must be set before the first tensor");
     if (w->align_payload_off == SIZE_MAX) {
+        w->in_set_alignment = true;
         st = add_scalar(w, "general.alignment", TDM_GGUF_UINT32, alignment, err);
+        w->in_set_alignment = false;
         if (st) return st;
         w->align_payload_off = w->kv_len - 4;
     } else {
@@ -222,7 +228,10 @@ tdm_status tdm_gguf_writer_add_u16(tdm_gguf_writer *w, const char *key, uint16_t
 tdm_status tdm_gguf_writer_add_i16(tdm_gguf_writer *w, const char *key, int16_t v, tdm_error *err)
 { return add_scalar(w, key, TDM_GGUF_INT16, (uint16_t)v, err); }
 tdm_status tdm_gguf_writer_add_u32(tdm_gguf_writer *w, const char *key, uint32_t v, tdm_error *err)
-{ return add_scalar(w, key, TDM_GGUF_UINT32, v, err); }
+{
+    if (key && strcmp(key, "general.alignment") == 0) return tdm_gguf_writer_set_alignment(w, v, err);
+    return add_scalar(w, key, TDM_GGUF_UINT32, v, err);
+}
 tdm_status tdm_gguf_writer_add_i32(tdm_gguf_writer *w, const char *key, int32_t v, tdm_error *err)
 { return add_scalar(w, key, TDM_GGUF_INT32, (uint32_t)v, err); }
 tdm_status tdm_gguf_writer_add_u64(tdm_gguf_writer *w, const char *key, uint64_t v, tdm_error *err)

@@ -69,7 +69,9 @@ tdm_status tdm_gguf_writer_set_version(tdm_gguf_writer *w, uint32_t version, tdm
  * Must come before the first add_tensor. */
 tdm_status tdm_gguf_writer_set_alignment(tdm_gguf_writer *w, uint32_t alignment, tdm_error *err);
 
-/* ---- metadata (key: NUL-terminated, non-empty, unique) ---- */
+/* ---- metadata (key: NUL-terminated, non-empty, unique) ----
+ * add_u32("general.alignment", a) is set_alignment(a); any other adder
+ * refuses that key (the file's alignment and the layout must agree). */
 tdm_status tdm_gguf_writer_add_u8(tdm_gguf_writer *w, const char *key, uint8_t v, tdm_error *err);
 tdm_status tdm_gguf_writer_add_i8(tdm_gguf_writer *w, const char *key, int8_t v, tdm_error *err);
 tdm_status tdm_gguf_writer_add_u16(tdm_gguf_writer *w, const char *key, uint16_t v, tdm_error *err);

@@ -675,9 +675,10 @@ static void test_writer_paths(void **state)
     size_t ref_size = 0;
     for (int mode = 0; mode < 4; mode++) {
         tdm_gguf_writer *w;
-            fill_ctx fc = {{src[0], src[1], src[2], src[3]}, 0};
+        fill_ctx fc = {{src[0], src[1], src[2], src[3]}, 0};
         OK(tdm_gguf_writer_create(&w, E));
-        OK(tdm_gguf_writer_set_alignment(w, 64, E));
+        if (mode & 1) OK(tdm_gguf_writer_add_u32(w, "general.alignment", 64, E)); /* == set_alignment */
+        else OK(tdm_gguf_writer_set_alignment(w, 64, E));
         OK(tdm_gguf_writer_add_str(w, "general.architecture", "x", E));
         for (int i = 0; i < 4; i++) {
             if (mode == 2) OK(tdm_gguf_writer_add_tensor_cb(w, names[i], ty[i], 2, ne[i], fill_cb, &fc, E));
@@ -779,6 +780,8 @@ static void test_writer_rejects(void **state)
     assert_int_equal(tdm_gguf_writer_add_u32(w, "", 2, &err), TDM_ERR_INVALID);
     assert_int_equal(tdm_gguf_writer_set_alignment(w, 24, &err), TDM_ERR_INVALID);
     assert_int_equal(tdm_gguf_writer_set_version(w, 1, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gguf_writer_add_u64(w, "general.alignment", 64, &err), TDM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "set_alignment"));
     assert_int_equal(tdm_gguf_writer_add_arr(w, "s", TDM_GGUF_STRING, NULL, 0, &err), TDM_ERR_INVALID);
     int64_t ne[] = {100, 2};
     assert_int_equal(tdm_gguf_writer_add_tensor(w, "t", TDM_Q_Q4_K, 2, ne, NULL, &err), TDM_ERR_INVALID);
