@@ -35,6 +35,7 @@ typedef struct http_req {
     const tdm_web_asset *asset;
     bool anthropic;        /* errors in the Anthropic shape */
     int reject;            /* HTTP status decided before the body was read, 0 if none */
+    bool responded;        /* answered before the body (then only drain and close) */
     char reject_msg[200];
     srv_buf body;
     size_t seen;           /* body bytes received (kept or dropped) */
@@ -539,8 +540,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
         /* answer before the body when the client waits for "100 Continue" or
          * announces more than we would drain */
-        if (q->reject && (expect || (cl && strtoull(cl, NULL, 10) > DRAIN_LIMIT)))
+        if (q->reject && (expect || (cl && strtoull(cl, NULL, 10) > DRAIN_LIMIT))) {
+            q->responded = true;
             return send_error(s, c, q, q->reject, NULL, q->reject_msg);
+        }
         return MHD_YES;
     }
     if (*upload_size) {
@@ -561,6 +564,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         return srv_buf_append(&q->body, upload_data, n) ? MHD_YES : MHD_NO;
     }
+    if (q->responded)
+        return MHD_YES;
     if (q->reject)
         return send_error(s, c, q, q->reject, NULL, q->reject_msg);
     if (q->route >= R_CHAT)

@@ -109,13 +109,28 @@ static bool parse_messages(srv_job *j, const cJSON *body, srv_reqerr *e)
     return true;
 }
 
-/* Thinking on/off and budget: reasoning_effort, chat_template_kwargs.enable_thinking,
- * max_thinking_tokens (the most specific wins). */
+/* Thinking on/off and budget: reasoning_effort (or reasoning.effort; "none" is off,
+ * minimal/low/medium/high budget 128/512/2048/none), reasoning.max_tokens,
+ * chat_template_kwargs.enable_thinking, max_thinking_tokens (the most specific wins). */
 static bool parse_thinking(srv_job *j, const cJSON *body, srv_reqerr *e)
 {
     const char *effort = NULL;
     if (!srv_json_string(body, "reasoning_effort", &effort, NULL, e))
         return false;
+    /* the Responses-API / OpenRouter form: reasoning {effort, max_tokens} */
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(body, "reasoning");
+    int64_t rs_budget = -1;
+    bool rs_has_budget = false;
+    if (rs && !cJSON_IsNull(rs)) {
+        srv_reqerr sub;
+        if (!cJSON_IsObject(rs))
+            return srv_fail(e, 400, "reasoning", "'reasoning' must be an object");
+        if (!srv_json_string(rs, "effort", &effort, NULL, &sub))
+            return srv_fail(e, 400, "reasoning.effort", "'reasoning.effort' must be a string");
+        if (!srv_json_int(rs, "max_tokens", 0, INT32_MAX, &rs_budget, &rs_has_budget, &sub))
+            return srv_fail(e, 400, "reasoning.max_tokens",
+                            "'reasoning.max_tokens' must be a non-negative integer");
+    }
     if (effort) {
         static const struct { const char *name; int32_t budget; } efforts[] = {
             {"none", 0}, {"minimal", 128}, {"low", 512}, {"medium", 2048}, {"high", -1}};
@@ -140,6 +155,11 @@ static bool parse_thinking(srv_job *j, const cJSON *body, srv_reqerr *e)
                             "'chat_template_kwargs.enable_thinking' must be a boolean");
         if (present)
             j->thinking = on ? TDM_GEN_THINK_ON : TDM_GEN_THINK_OFF;
+    }
+    if (rs_has_budget) {
+        j->params.max_thinking_tokens = (int32_t)rs_budget;
+        if (j->thinking == TDM_GEN_THINK_DEFAULT)
+            j->thinking = TDM_GEN_THINK_ON;
     }
     int64_t budget = j->params.max_thinking_tokens;
     bool present = false;

@@ -137,6 +137,9 @@ test('a thinking budget forces </think> and the answer follows', T, async () => 
   assert.ok(r.usage.completion_tokens_details.reasoning_tokens <= 5, JSON.stringify(r.usage));
   assert.ok(r.choices[0].message.reasoning_content.length < free.choices[0].message.reasoning_content.length);
   assert.ok(r.choices[0].message.content.length > 0, 'the answer begins after the forced </think>');
+  const alt = await ask('What is 12 + 7?', { max_tokens: 100, reasoning: { max_tokens: 3 } });
+  assert.equal(alt.tandem.thinking_forced, true);
+  assert.equal(alt.choices[0].message.reasoning_content, r.choices[0].message.reasoning_content);
   const low = await ask('What is 12 + 7?', { max_tokens: 100, reasoning_effort: 'low' });
   assert.equal(low.tandem.thinking_forced, false, 'a large budget is not reached');
 });
