@@ -459,7 +459,7 @@ static tdm_status place_tensors(tdm_gguf *g, uint32_t flags, tdm_error *err)
                                  t->name, (unsigned long long)t->offset, (unsigned long long)t->nbytes);
         uint64_t end = t->offset + t->nbytes;
         if (g->data_offset + end > g->data_end) g->data_end = g->data_offset + end;
-        if (end <= room) {
+        if (end <= room && g->data_offset <= g->size) {
             t->data = g->base + g->data_offset + t->offset;
         } else if (flags & TDM_GGUF_OPEN_PARTIAL) {
             t->data = NULL;
@@ -505,7 +505,7 @@ static tdm_status parse_header(tdm_gguf *g, rd *r, uint64_t *n_t, uint64_t *n_kv
     r->pos = 4;
     tdm_status st = get_le(r, 4, &v, "version");
     if (st) return st;
-    if ((v & 0xFFFF) == 0)
+    if (v != 0 && (v & 0xFFFF) == 0)
         return tdm_error_set(r->err, TDM_ERR_FORMAT,
                              "version 0x%08llx looks byte-swapped: big-endian GGUF files are not supported",
                              (unsigned long long)v);

@@ -148,6 +148,7 @@ static void expect_reject(const void *buf, size_t size, const char *expect, cons
 typedef void (*corrupt_fn)(base_file *b, size_t *size);
 
 static void c_magic(base_file *b, size_t *n) { (void)n; b->buf[0] = 'X'; }
+static void c_version0(base_file *b, size_t *n) { (void)n; put32(b->buf + 4, 0); }
 static void c_version1(base_file *b, size_t *n) { (void)n; put32(b->buf + 4, 1); }
 static void c_version4(base_file *b, size_t *n) { (void)n; put32(b->buf + 4, 4); }
 static void c_version_swapped(base_file *b, size_t *n) { (void)n; put32(b->buf + 4, 0x03000000u); }
@@ -210,7 +211,8 @@ static const struct {
     const char *expect;
 } k_cases[] = {
     {"bad magic", c_magic, "magic"},
-    {"version 1", c_version1, "version 1 "},
+    {"version 0", c_version0, "version 0 not supported"},
+    {"version 1", c_version1, "version 1 not supported"},
     {"version 4", c_version4, "version 4 "},
     {"byte-swapped version", c_version_swapped, "byte-swapped"},
     {"tensor_count too large", c_ntensors_huge, "tensor_count"},
