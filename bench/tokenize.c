@@ -27,7 +27,7 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void die(const char *what, const tdm_error *err)
+_Noreturn static void die(const char *what, const tdm_error *err)
 {
     fprintf(stderr, "bench tokenize: %s: %s\n", what, err ? err->msg : "");
     exit(1);
@@ -43,8 +43,8 @@ static uint32_t rnd(uint32_t n)
 }
 
 static const char *const pieces[] = {
-    "The Fulton County Grand Jury said Friday an investigation of Atlanta's recent primary election "
-    "produced no evidence that any irregularities took place. ",
+    ("The Fulton County Grand Jury said Friday an investigation of Atlanta's recent primary election "
+     "produced no evidence that any irregularities took place. "),
     "It's been 1,234 days; they'll say we've won 56.7% of 2026-11-30's vote! ",
     "def main(argc, argv):\n    return argv[1] * 2  # comment\n\n",
     "    if (x == NULL) {\n        return -1;\n    }\n",
