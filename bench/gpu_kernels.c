@@ -3,7 +3,8 @@
  * copy bandwidth measured in the same run. Weights are rotated over a pool of
  * several GiB of distinct random matrices, so L2 never holds them.
  * Prints a table; writes JSON (default bench/results/gpu_kernels.json).
- *   gpu_kernels [--out FILE] [--iters N] [--formats Q4_K,Q6_K,...] */
+ *   gpu_kernels [--out FILE] [--iters N] [--formats Q4_K,Q6_K,...] [--tunings]
+ * --tunings also times every matvec launch shape (warps per row 1, 2, 4). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,7 @@ int main(int argc, char **argv)
 {
     const char *out = "bench/results/gpu_kernels.json", *formats = NULL;
     int iters = 200;
+    bool tunings = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i];
@@ -128,8 +130,10 @@ int main(int argc, char **argv)
             iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--formats") && i + 1 < argc)
             formats = argv[++i];
+        else if (!strcmp(argv[i], "--tunings"))
+            tunings = true;
         else {
-            fprintf(stderr, "usage: gpu_kernels [--out FILE] [--iters N] [--formats A,B]\n");
+            fprintf(stderr, "usage: gpu_kernels [--out FILE] [--iters N] [--formats A,B] [--tunings]\n");
             return 2;
         }
     }
@@ -175,7 +179,13 @@ int main(int argc, char **argv)
         const tdm_qtype_info *qi = tdm_qtype_get(t);
         fill_pool((tdm_qtype)t, pool, pool_bytes / qi->type_size * qi->type_size, 1234 + t);
         for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++) {
+            for (int v = 0; v < (tunings ? 4 : 1); v++)
             for (int ntok = 1; ntok <= 8; ntok += 7) {
+                static const int wprs[4] = {0, 1, 2, 4};
+                tdm_gpu_tuning tu = {wprs[v], 0};
+                CHECK(tdm_gpu_set_tuning(g, &tu, &err));
+                if (v > 0 && ntok > 1)
+                    continue;
                 mv_ctx m = {(tdm_qtype)t, pool, tdm_qtype_row_bytes((tdm_qtype)t, k_shapes[s].k) * k_shapes[s].rows,
                             0, k_shapes[s].rows, k_shapes[s].k, x, y, ntok};
                 m.n_mats = (int64_t)(pool_bytes / m.mat_bytes);
@@ -184,14 +194,16 @@ int main(int argc, char **argv)
                 int it = m.mat_bytes > (64u << 20) ? 10 : iters;
                 float ms = time_median(mv_fn, &m, it, 5);
                 double gbs = m.mat_bytes / (ms * 1e-3) / 1e9;
-                tl += snprintf(table + tl, sizeof table - tl, "%-8s %-26s %5d %10.2f %9.0f %6.0f%%\n",
-                               name, k_shapes[s].name, ntok, ms * 1e3, gbs, 100 * gbs / copy_gbs);
+                tl += snprintf(table + tl, sizeof table - tl, "%-8s %-26s %5d %10.2f %9.0f %6.0f%%%s\n",
+                               name, k_shapes[s].name, ntok, ms * 1e3, gbs, 100 * gbs / copy_gbs,
+                               v == 0 ? "" : v == 1 ? "  wpr=1" : v == 2 ? "  wpr=2" : "  wpr=4");
                 cJSON *r = cJSON_CreateObject();
                 cJSON_AddStringToObject(r, "format", name);
                 cJSON_AddStringToObject(r, "shape", k_shapes[s].name);
                 cJSON_AddNumberToObject(r, "rows", (double)m.rows);
                 cJSON_AddNumberToObject(r, "k", (double)m.k);
                 cJSON_AddNumberToObject(r, "ntok", ntok);
+                cJSON_AddNumberToObject(r, "matvec_wpr", wprs[v]);
                 cJSON_AddNumberToObject(r, "us", ms * 1e3);
                 cJSON_AddNumberToObject(r, "gbs", gbs);
                 cJSON_AddNumberToObject(r, "frac_of_copy", gbs / copy_gbs);
@@ -199,6 +211,8 @@ int main(int argc, char **argv)
             }
         }
     }
+    tdm_gpu_tuning tu0 = {0, 0};
+    CHECK(tdm_gpu_set_tuning(g, &tu0, &err));
     cJSON_AddItemToObject(root, "matvec", rows);
 
     /* one Qwen3.5-35B-A3B MoE layer, decode: 8 of 256 resident experts,
@@ -241,16 +255,25 @@ int main(int argc, char **argv)
                                     TDM_Q_Q4_K, TDM_Q_Q4_K, TDM_Q_Q6_K, F, NULL};
         moe_ctx m = {{&tab, 0, TDM_Q_Q4_K, TDM_Q_Q4_K, TDM_Q_Q6_K, D, F, &sh}, x, dids, dw, dh, y,
                      (int)k, (int)n_sets};
-        float ms = time_median(moe_fn, &m, iters, 5);
-        double bytes = (double)(k + 1) * slot, gbs = bytes / (ms * 1e-3) / 1e9;
-        tl += snprintf(table + tl, sizeof table - tl,
-                       "fused MoE layer (Qwen3.5, k=8 + shared, Q4_K/Q6_K): %.1f us, %.0f GB/s, %.0f%% of copy\n",
-                       ms * 1e3, gbs, 100 * gbs / copy_gbs);
-        cJSON *r = cJSON_CreateObject();
-        cJSON_AddNumberToObject(r, "us", ms * 1e3);
-        cJSON_AddNumberToObject(r, "gbs", gbs);
-        cJSON_AddNumberToObject(r, "frac_of_copy", gbs / copy_gbs);
-        cJSON_AddItemToObject(root, "moe_layer_qwen35", r);
+        cJSON *mj = cJSON_CreateArray();
+        for (int split = 1; split <= 4; split += 3) {
+            tdm_gpu_tuning tu = {0, split};
+            CHECK(tdm_gpu_set_tuning(g, &tu, &err));
+            float ms = time_median(moe_fn, &m, iters, 5);
+            double bytes = (double)(k + 1) * slot, gbs = bytes / (ms * 1e-3) / 1e9;
+            tl += snprintf(table + tl, sizeof table - tl,
+                           "fused MoE layer (Qwen3.5, k=8 + shared, Q4_K/Q6_K, split %d): %.1f us, "
+                           "%.0f GB/s, %.0f%% of copy\n",
+                           split, ms * 1e3, gbs, 100 * gbs / copy_gbs);
+            cJSON *r = cJSON_CreateObject();
+            cJSON_AddNumberToObject(r, "moe_split", split);
+            cJSON_AddNumberToObject(r, "us", ms * 1e3);
+            cJSON_AddNumberToObject(r, "gbs", gbs);
+            cJSON_AddNumberToObject(r, "frac_of_copy", gbs / copy_gbs);
+            cJSON_AddItemToArray(mj, r);
+        }
+        cJSON_AddItemToObject(root, "moe_layer_qwen35", mj);
+        CHECK(tdm_gpu_set_tuning(g, &tu0, &err));
         free(hg), free(hd), free(slot_of), free(ids), free(w);
     }
     printf("\n%s", table);

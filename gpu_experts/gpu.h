@@ -78,6 +78,15 @@ tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err);
 tdm_status tdm_gpu_mark(tdm_gpu *g, int mark, tdm_error *err);
 tdm_status tdm_gpu_elapsed_ms(tdm_gpu *g, int from, int to, float *ms, tdm_error *err);
 
+/* Launch-shape choices (performance only: every choice computes the same
+ * values and the tests run all of them). 0 = the built-in choice. */
+typedef struct tdm_gpu_tuning {
+    int matvec_wpr; /* warps sharing one matvec row: 1, 2 or 4 */
+    int moe_split;  /* fused MoE: warps sharing one row (gate_up) / one row's
+                       experts (down): 1 or 4 */
+} tdm_gpu_tuning;
+tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, tdm_error *err);
+
 /* ---- quantised matrix products ---- */
 
 /* True when the GPU kernels multiply weights of type t: F32, F16, BF16, Q4_0,

@@ -28,6 +28,7 @@ struct tdm_gpu {
     cudaEvent_t marks[TDM_GPU_MARKS];
     cublasHandle_t blas;
     int sm_count;
+    tdm_gpu_tuning tune;
     tdm_gpu_buf *bufs; /* every allocation made through this context */
     size_t n_bufs, cap_bufs;
 };

@@ -237,6 +237,17 @@ extern "C" tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err)
     return TDM_OK;
 }
 
+extern "C" tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, tdm_error *err)
+{
+    TDM_REQUIRE(err, t, "gpu tuning: NULL");
+    TDM_REQUIRE(err, t->matvec_wpr == 0 || t->matvec_wpr == 1 || t->matvec_wpr == 2 || t->matvec_wpr == 4,
+                "gpu tuning: matvec_wpr %d not in {0, 1, 2, 4}", t->matvec_wpr);
+    TDM_REQUIRE(err, t->moe_split == 0 || t->moe_split == 1 || t->moe_split == 4,
+                "gpu tuning: moe_split %d not in {0, 1, 4}", t->moe_split);
+    g->tune = *t;
+    return TDM_OK;
+}
+
 extern "C" tdm_status tdm_gpu_mark(tdm_gpu *g, int mark, tdm_error *err)
 {
     TDM_REQUIRE(err, mark >= 0 && mark < TDM_GPU_MARKS, "gpu: mark %d out of range", mark);

@@ -87,13 +87,33 @@ __device__ __forceinline__ const uint8_t *expert_base(const moe_args &a, int32_t
     return slot < 0 ? NULL : a.arena + (int64_t)slot * a.slot_bytes;
 }
 
-/* Block = one row of gate and up for one selection; its warps split the row. */
+/* Sums v over the `split` warps that share a row (consecutive warps of the
+ * block); valid in the group's first warp. Every thread must call it. */
+__device__ __forceinline__ float group_sum(float v, int split, float *red)
+{
+    v = tdm_warp_sum(v);
+    if (split == 1)
+        return v;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    int first = (threadIdx.x >> 5) / split * split;
+    float s = 0.0f;
+    for (int w = 0; w < split; w++)
+        s += red[first + w];
+    return s;
+}
+
+/* Block = MOE_WARPS / split rows of gate and up for one selection (a
+ * (token, rank) pair or the shared expert); `split` warps share a row. */
 __global__ void __launch_bounds__(MOE_WARPS * 32)
     moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int32_t *__restrict__ ids,
-                       int k, int ntok, float *__restrict__ h)
+                       int k, int ntok, float *__restrict__ h, int split)
 {
     __shared__ float red[MOE_WARPS];
-    int row = blockIdx.x, sel = blockIdx.y, t, rank;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int row = blockIdx.x * (MOE_WARPS / split) + warp / split, sel = blockIdx.y, t, rank;
     const uint8_t *gw, *uw;
     int gtype, utype, n_ff;
     if (sel < ntok * k) {
@@ -103,42 +123,47 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
         if (!base)
             return; /* not resident: the CPU computes it (uniform over the block) */
         n_ff = a.n_ff;
-        gw = base + a.gate_off + (int64_t)row * a.gate_row_bytes;
-        uw = base + a.up_off + (int64_t)row * a.up_row_bytes;
+        gw = base + a.gate_off;
+        uw = base + a.up_off;
         gtype = a.gate_type;
         utype = a.up_type;
     } else {
         t = sel - ntok * k;
         rank = k;
         n_ff = a.sh_n_ff;
-        gw = a.sh_gate + (int64_t)row * a.sh_gate_row_bytes;
-        uw = a.sh_up + (int64_t)row * a.sh_up_row_bytes;
+        gw = a.sh_gate;
+        uw = a.sh_up;
         gtype = a.sh_gate_type;
         utype = a.sh_up_type;
     }
-    if (row >= n_ff)
-        return;
+    bool live = row < n_ff;
+    int64_t grb = sel < ntok * k ? a.gate_row_bytes : a.sh_gate_row_bytes;
+    int64_t urb = sel < ntok * k ? a.up_row_bytes : a.sh_up_row_bytes;
     const float *xt = x + (int64_t)t * a.n_embd;
-    int first = threadIdx.x, stride = MOE_WARPS * 32;
-    float gs = tdm_block_sum_nw<MOE_WARPS>(tdm_row_dot_rt(gtype, gw, a.units_embd, xt, first, stride), red);
-    float us = tdm_block_sum_nw<MOE_WARPS>(tdm_row_dot_rt(utype, uw, a.units_embd, xt, first, stride), red);
-    if (threadIdx.x == 0)
+    int first = (warp % split) * 32 + lane, stride = 32 * split;
+    float gs = live ? tdm_row_dot_rt(gtype, gw + row * grb, a.units_embd, xt, first, stride) : 0.0f;
+    float us = live ? tdm_row_dot_rt(utype, uw + row * urb, a.units_embd, xt, first, stride) : 0.0f;
+    gs = group_sum(gs, split, red);
+    us = group_sum(us, split, red);
+    if (live && lane == 0 && warp % split == 0)
         h[((int64_t)t * (k + a.has_shared) + rank) * a.h_stride + row] = tdm_silu(gs) * us;
 }
 
-/* Block = one output row of one token; warp w takes the ranks w, w + 4, ...
- * (the shared expert is rank k), each dot over the whole warp. */
+/* Block = MOE_WARPS / split output rows of one token; the `split` warps of a
+ * row take its ranks r, r + split, ... (the shared expert is rank k), each
+ * dot over a whole warp. */
 __global__ void __launch_bounds__(MOE_WARPS * 32)
     moe_down_kernel(moe_args a, const float *__restrict__ h, const int32_t *__restrict__ ids,
                     const float *__restrict__ wts, int k, const float *add, float *y,
-                    int accumulate)
+                    int accumulate, int split)
 {
     __shared__ float red[MOE_WARPS];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int row = blockIdx.x, t = blockIdx.y;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % split;
+    int row = blockIdx.x * (MOE_WARPS / split) + warp / split, t = blockIdx.y;
+    bool live = row < a.n_embd;
     const float *ht = h + (int64_t)t * (k + a.has_shared) * a.h_stride;
     float acc = 0.0f;
-    for (int r = warp; r < k; r += MOE_WARPS) {
+    for (int r = sub; live && r < k; r += split) {
         const uint8_t *base = expert_base(a, ids[(int64_t)t * k + r]);
         if (!base)
             continue;
@@ -146,14 +171,14 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
         acc += wts[(int64_t)t * k + r] *
                tdm_row_dot_rt(a.down_type, dw, a.units_ff, ht + (int64_t)r * a.h_stride, lane, 32);
     }
-    if (a.has_shared && warp == k % MOE_WARPS) {
+    if (live && a.has_shared && sub == k % split) {
         float sg = a.sh_logit ? tdm_sigmoid(a.sh_logit[t]) : 1.0f;
         const uint8_t *dw = a.sh_down + (int64_t)row * a.sh_down_row_bytes;
         acc += sg * tdm_row_dot_rt(a.sh_down_type, dw, a.sh_units_ff,
                                    ht + (int64_t)k * a.h_stride, lane, 32);
     }
-    acc = tdm_block_sum_nw<MOE_WARPS>(acc, red);
-    if (threadIdx.x == 0) {
+    acc = group_sum(acc, split, red);
+    if (live && lane == 0 && sub == 0) {
         int64_t i = (int64_t)t * a.n_embd + row;
         float v = accumulate ? y[i] : 0.0f;
         if (add)
@@ -250,8 +275,10 @@ extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L
     MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
     TDM_REQUIRE(err, x && ids && h, "gpu moe_gate_up: NULL argument");
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu moe_gate_up: x must be 16-byte aligned");
-    dim3 grid((unsigned)a.h_stride, (unsigned)(ntok * (k + a.has_shared)));
-    moe_gate_up_kernel<<<grid, MOE_WARPS * 32, 0, g->stream>>>(a, x, ids, (int)k, (int)ntok, h);
+    int split = g->tune.moe_split ? g->tune.moe_split : MOE_SPLIT_DEFAULT;
+    dim3 grid(tdm_cdiv(a.h_stride, MOE_WARPS / split), (unsigned)(ntok * (k + a.has_shared)));
+    moe_gate_up_kernel<<<grid, MOE_WARPS * 32, 0, g->stream>>>(a, x, ids, (int)k, (int)ntok, h,
+                                                               split);
     TDM_LAUNCHED(err, "moe_gate_up_kernel");
     return TDM_OK;
 }
@@ -266,9 +293,10 @@ extern "C" tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, c
     TDM_REQUIRE(err, h && ids && weights && y, "gpu moe_down: NULL argument");
     TDM_REQUIRE(err, ((uintptr_t)h & 15) == 0 && a.h_stride % 4 == 0,
                 "gpu moe_down: h must be 16-byte aligned with a stride multiple of 4");
-    dim3 grid((unsigned)a.n_embd, (unsigned)ntok);
+    int split = g->tune.moe_split ? g->tune.moe_split : MOE_SPLIT_DEFAULT;
+    dim3 grid(tdm_cdiv(a.n_embd, MOE_WARPS / split), (unsigned)ntok);
     moe_down_kernel<<<grid, MOE_WARPS * 32, 0, g->stream>>>(a, h, ids, weights, (int)k, add, y,
-                                                           accumulate ? 1 : 0);
+                                                           accumulate ? 1 : 0, split);
     TDM_LAUNCHED(err, "moe_down_kernel");
     return TDM_OK;
 }

@@ -2,17 +2,21 @@
  * launches. Private to gpu_experts/.
  *
  * gate_up: grid (row tiles of n_ff, selections); a selection is one
- * (token, rank) pair, or the token's shared expert; each warp computes one row
- * of gate and up for that selection and writes silu(g) * u to h.
- * down: grid (row tiles of n_embd, tokens); each warp sums, for one output
- * row, the weighted down rows of every resident selection of its token plus
- * the gated shared expert, in rank order, and writes the row once. */
+ * (token, rank) pair, or the token's shared expert; `split` warps (1 or 4)
+ * compute one row of gate and up for that selection and write silu(g) * u.
+ * down: grid (row tiles of n_embd, tokens); for one output row the `split`
+ * warps share the token's resident selections (rank r to warp r % split),
+ * add the gated shared expert, `add` and the old y, and write the row once.
+ * An expert id outside 0..n_expert-1 counts as not resident.
+ */
 #ifndef TDM_GPU_MOE_CUH
 #define TDM_GPU_MOE_CUH
 
 #include "gpu_common.cuh"
 
 #define MOE_WARPS 4
+/* warps sharing a row by default (tdm_gpu_tuning.moe_split); bench/gpu_kernels measures both */
+#define MOE_SPLIT_DEFAULT 4
 #define ROUTER_MAX_EXPERTS 1024
 #define ROUTER_MAX_K 32
 

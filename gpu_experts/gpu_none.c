@@ -93,6 +93,12 @@ tdm_status tdm_gpu_elapsed_ms(tdm_gpu *g, int from, int to, float *ms, tdm_error
     return NO_CUDA(err, "gpu elapsed_ms");
 }
 
+tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, tdm_error *err)
+{
+    (void)g, (void)t;
+    return NO_CUDA(err, "gpu set_tuning");
+}
+
 bool tdm_gpu_type_supported(tdm_qtype t)
 {
     (void)t;

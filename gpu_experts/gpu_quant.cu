@@ -59,12 +59,21 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
+/* Warps per row: split long rows while the matrix has too few rows to give
+ * every SM plenty of warps; each lane keeps at least 2 units. */
+static int auto_wpr(int64_t rows, int units, int sm_count)
+{
+    int64_t want = (int64_t)sm_count * 48; /* warps in flight that hide the latency */
+    int wpr = 1;
+    while (wpr < 4 && rows * wpr < want && units >= 2 * 32 * (2 * wpr))
+        wpr *= 2;
+    return wpr;
+}
+
 template <int T>
 static void launch_matvec(cudaStream_t st, const uint8_t *w, int64_t row_bytes, int64_t rows,
-                          int units, const float *x, int ntok, float *y, int acc)
+                          int units, const float *x, int ntok, float *y, int acc, int wpr)
 {
-    /* warps per row: enough lanes that each handles a few units */
-    int wpr = units >= 4 * 32 * 2 ? 4 : units >= 2 * 32 * 2 ? 2 : 1;
     unsigned grid = tdm_cdiv(rows, MV_WARPS / wpr);
     if (ntok == 1)
         matvec_kernel<T, 1><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc, wpr);
@@ -111,8 +120,9 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu matvec: x must be 16-byte aligned");
     const uint8_t *wb = (const uint8_t *)w;
     int units = (int)(k / 8);
+    int wpr = g->tune.matvec_wpr ? g->tune.matvec_wpr : auto_wpr(rows, units, g->sm_count);
     TDM_QT_DISPATCH(wt, (launch_matvec<QTYPE>(g->stream, wb, row_bytes, rows, units, x, ntok, y,
-                                              accumulate ? 1 : 0)));
+                                              accumulate ? 1 : 0, wpr)));
     TDM_LAUNCHED(err, "matvec_kernel");
     return TDM_OK;
 }

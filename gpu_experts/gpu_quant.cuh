@@ -354,24 +354,6 @@ __device__ __forceinline__ float tdm_row_dot_rt(int type, const uint8_t *row, in
     return acc[0];
 }
 
-/* Sums v over the NW warps of the block (blockDim.x == 32 * NW); the result
- * is valid in every thread. red: NW floats of shared memory. */
-template <int NW> __device__ __forceinline__ float tdm_block_sum_nw(float v, float *red)
-{
-    v = tdm_warp_sum(v);
-    if (NW == 1)
-        return v;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < NW; w++)
-        s += red[w];
-    return s;
-}
-
 /* Bytes of one row, and whether the GPU code handles the type. */
 bool tdm_gpu_qt_geometry(tdm_qtype t, int *blk, int *bytes);
 

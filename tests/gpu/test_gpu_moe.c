@@ -68,7 +68,23 @@ typedef struct moe_case {
     bool shared;
 } moe_case;
 
+static void run_moe_split(const moe_case *c);
+
+/* Both launch shapes of the fused kernels must compute the same values. */
 static void run_moe(const moe_case *c)
+{
+    static const int splits[] = {1, 4};
+    for (int i = 0; i < 2; i++) {
+        tdm_gpu_tuning tu = {0, splits[i]};
+        GPU_OK(tdm_gpu_set_tuning(g_gpu, &tu, ERR));
+        printf("  moe_split %d\n", splits[i]);
+        run_moe_split(c);
+    }
+    tdm_gpu_tuning tu = {0, 0};
+    GPU_OK(tdm_gpu_set_tuning(g_gpu, &tu, ERR));
+}
+
+static void run_moe_split(const moe_case *c)
 {
     int64_t E = c->n_expert, k = c->k, ntok = c->ntok, D = c->n_embd, F = c->n_ff;
     expert *ex = calloc(E, sizeof *ex), sh;
