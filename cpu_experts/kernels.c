@@ -217,6 +217,24 @@ float tdm_vec_dot(tdm_qtype wt, int64_t n, const void *w, const void *xq)
     return table()->dot[wt](n, w, xq);
 }
 
+/* Software prefetch of the row PREFETCH_ROWS ahead while this one is
+ * computed: the kernels need a good part of a core's time per byte, so the
+ * DRAM latency must be hidden ahead of the hardware streamer. */
+#ifndef TDM_NO_PREFETCH
+#define PREFETCH_ROWS 2
+static inline void prefetch_row(const uint8_t *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o, 0, 3);
+}
+#else
+#define PREFETCH_ROWS 0
+static inline void prefetch_row(const uint8_t *p, size_t bytes)
+{
+    (void)p, (void)bytes;
+}
+#endif
+
 /* Rows are taken in tiles that stay in L1/L2 while every token passes over
  * them, so a prompt reads each weight row from DRAM once. */
 void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, int64_t r0,
@@ -236,8 +254,11 @@ void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, in
         for (int64_t t = 0; t < ntok; t++) {
             const void *xt = xb + (size_t)t * xq_stride;
             float *yt = y + (size_t)t * y_stride;
-            for (int64_t r = rt; r < re; r++)
+            for (int64_t r = rt; r < re; r++) {
+                if (t == 0 && r + PREFETCH_ROWS < r1)
+                    prefetch_row(wb + (size_t)(r + PREFETCH_ROWS) * w_stride, row_bytes);
                 yt[r] = dot(n, wb + (size_t)r * w_stride, xt);
+            }
         }
     }
 }

@@ -152,7 +152,8 @@ INLINE __m512i q45k_block512(const uint8_t *x, const uint8_t *qs, const uint8_t 
 {
     __m512i scv = _mm512_castsi256_si512(q4k_scales16(x, y, mins_lanes));
     const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
-    __m512i hb = qh ? bcast256(qh) : low4, isum = _mm512_setzero_si512();
+    /* two accumulators: with VNNI every dpwssd waits for the previous one */
+    __m512i hb = qh ? bcast256(qh) : low4, isum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
 #pragma GCC unroll 2
     for (int p2 = 0; p2 < 2; p2++) {
         __m512i q = load512(qs + 64 * p2);
@@ -164,10 +165,10 @@ INLINE __m512i q45k_block512(const uint8_t *x, const uint8_t *qs, const uint8_t 
             __m512i kk = halves16(2 * j, 2 * j + 1);
             if (qh)
                 v[h] = _mm512_or_si512(v[h], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, kk), one), 4));
-            isum = dot_us_scaled(isum, v[h], load512(y + Q8K_QS + 64 * j), _mm512_permutexvar_epi16(kk, scv));
+            isum[h] = dot_us_scaled(isum[h], v[h], load512(y + Q8K_QS + 64 * j), _mm512_permutexvar_epi16(kk, scv));
         }
     }
-    return isum;
+    return _mm512_add_epi32(isum[0], isum[1]);
 }
 
 INLINE float dot_q45k_512(int64_t n, const uint8_t *w, const uint8_t *y, int bsize, int qs_off, int qh_off)
