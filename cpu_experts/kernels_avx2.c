@@ -97,6 +97,7 @@ static void quant_q8_k(const float *x, void *xq, int64_t n)
         }
         memcpy(out + Q8K_D, &d, 4);
         memcpy(out + Q8K_BSUMS, bsums, sizeof bsums);
+        memset(out + Q8K_D + 4, 0, TDM_ACT_Q8_K - Q8K_D - 4); /* padding: deterministic bytes */
     }
 }
 

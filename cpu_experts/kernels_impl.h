@@ -7,7 +7,10 @@
  *   F32   n floats (a copy; F32/F16/BF16 weights are dotted in float)
  *   Q8_0  per 32: fp16 d, int8 qs[32]                         (34 B)
  *   Q8_1  per 32: fp16 d, fp16 s = fp16(d * sum(qs)), qs[32]  (36 B)
- *   Q8_K  per 256: float d, int8 qs[256], int16 bsums[16]     (292 B)
+ *   Q8_K  per 256: int8 qs[256], int16 bsums[16], float d, pad (320 B)
+ *         (ggml's fields, reordered and padded so that qs starts every
+ *         block on a 64-byte boundary when the row buffer is 64-byte
+ *         aligned: the SIMD loads then never split a cache line)
  * Rounding, identical in every ISA (x86 llama.cpp's choice for Q8_0/Q8_1,
  * ggml's reference for Q8_K):
  *   Q8_0/Q8_1: amax = max|x|, d = amax/127, id = amax ? 127/amax : 0,
@@ -50,6 +53,8 @@ tdm_status tdm_cpu_isa_select_variant(tdm_cpu_isa isa, int vnni, tdm_error *err)
 int tdm_cpu_has_vnni(void);
 
 /* Activation block sizes in bytes. */
-enum { TDM_ACT_Q8_0 = 34, TDM_ACT_Q8_1 = 36, TDM_ACT_Q8_K = 292 };
+enum { TDM_ACT_Q8_0 = 34, TDM_ACT_Q8_1 = 36, TDM_ACT_Q8_K = 320 };
+/* Field offsets of a Q8_K activation block. */
+enum { Q8K_QS = 0, Q8K_BSUMS = 256, Q8K_D = 288 };
 
 #endif

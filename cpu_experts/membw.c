@@ -308,7 +308,7 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
     size_t nmat = o->bytes / mat_bytes > 0 ? o->bytes / mat_bytes : 1, total = nmat * mat_bytes;
     uint8_t *w = big_alloc(total);
     size_t act_bytes = tdm_act_row_bytes(o->type, o->cols);
-    void *xq = malloc(act_bytes);
+    void *xq = aligned_alloc(64, (act_bytes + 63) / 64 * 64);
     float *x = malloc((size_t)o->cols * sizeof(float)), *y = malloc((size_t)o->rows * sizeof(float));
     double *secs = malloc(sizeof(double) * (size_t)o->repeats);
     if (!w || !xq || !x || !y || !secs) {

@@ -31,7 +31,6 @@ enum {
     Q4K_D = 0, Q4K_DMIN = 2, Q4K_SCALES = 4, Q4K_QS = 16,
     Q5K_D = 0, Q5K_DMIN = 2, Q5K_SCALES = 4, Q5K_QH = 16, Q5K_QS = 48,
     Q6K_QL = 0, Q6K_QH = 128, Q6K_SCALES = 192, Q6K_D = 208,
-    Q8K_D = 0, Q8K_QS = 4, Q8K_BSUMS = 260,
     IQ4XS_D = 0, IQ4XS_SH = 2, IQ4XS_SL = 4, IQ4XS_QS = 8
 };
 

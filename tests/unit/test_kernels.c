@@ -121,10 +121,10 @@ static void act_dequant(tdm_qtype at, const uint8_t *xq, int64_t n, double *xd, 
             memcpy(&v, xq + 4 * i, 4);
             xd[i] = v;
         } else if (at == TDM_Q_Q8_K) {
-            const uint8_t *b = xq + (i / 256) * 292;
+            const uint8_t *b = xq + (i / 256) * TDM_ACT_Q8_K;
             float d;
-            memcpy(&d, b, 4);
-            xd[i] = (double)d * (int8_t)b[4 + i % 256];
+            memcpy(&d, b + Q8K_D, 4);
+            xd[i] = (double)d * (int8_t)b[Q8K_QS + i % 256];
         } else {
             int bs = at == TDM_Q_Q8_1 ? 36 : 34, off = at == TDM_Q_Q8_1 ? 4 : 2;
             const uint8_t *b = xq + (i / 32) * bs;
@@ -286,8 +286,8 @@ static void test_act_row_bytes(void **state)
     assert_int_equal(tdm_act_row_bytes(TDM_Q_Q4_0, 64), 2 * 34);
     assert_int_equal(tdm_act_row_bytes(TDM_Q_Q4_1, 64), 2 * 36);
     assert_int_equal(tdm_act_row_bytes(TDM_Q_MXFP4, 64), 2 * 34);
-    assert_int_equal(tdm_act_row_bytes(TDM_Q_Q4_K, 512), 2 * 292);
-    assert_int_equal(tdm_act_row_bytes(TDM_Q_IQ4_XS, 512), 2 * 292);
+    assert_int_equal(tdm_act_row_bytes(TDM_Q_Q4_K, 512), 2 * TDM_ACT_Q8_K);
+    assert_int_equal(tdm_act_row_bytes(TDM_Q_IQ4_XS, 512), 2 * TDM_ACT_Q8_K);
     assert_int_equal(tdm_act_row_bytes(TDM_Q_IQ2_XXS, 512), 0);
 }
 
@@ -299,8 +299,8 @@ static void check_act_semantics(tdm_qtype at, const float *x, const uint8_t *xq,
         return;
     }
     int block = at == TDM_Q_Q8_K ? 256 : 32;
-    int bs = at == TDM_Q_Q8_K ? 292 : at == TDM_Q_Q8_1 ? 36 : 34;
-    int off = at == TDM_Q_Q8_K ? 4 : at == TDM_Q_Q8_1 ? 4 : 2;
+    int bs = at == TDM_Q_Q8_K ? TDM_ACT_Q8_K : at == TDM_Q_Q8_1 ? 36 : 34;
+    int off = at == TDM_Q_Q8_K ? Q8K_QS : at == TDM_Q_Q8_1 ? 4 : 2;
     for (int64_t b = 0; b < n / block; b++) {
         const float *xb = x + b * block;
         const uint8_t *blk = xq + b * bs;
@@ -308,7 +308,7 @@ static void check_act_semantics(tdm_qtype at, const float *x, const uint8_t *xq,
         double d;
         if (at == TDM_Q_Q8_K) {
             float df;
-            memcpy(&df, blk, 4);
+            memcpy(&df, blk + Q8K_D, 4);
             d = df;
         } else {
             uint16_t dh;
@@ -334,7 +334,7 @@ static void check_act_semantics(tdm_qtype at, const float *x, const uint8_t *xq,
                 int16_t bsum;
                 for (int i = 0; i < 16; i++)
                     s += q[16 * g + i];
-                memcpy(&bsum, blk + 260 + 2 * g, 2);
+                memcpy(&bsum, blk + Q8K_BSUMS + 2 * g, 2);
                 assert_int_equal(bsum, s);
             }
         } else if (at == TDM_Q_Q8_1) {
