@@ -100,11 +100,14 @@ static void fill_table(tdm_cpu_isa isa)
     for (int t = 0; t < TDM_Q_COUNT; t++) {
         g_table.quant[t] = NULL;
         g_table.dot[t] = NULL;
+        g_table.dot4[t] = NULL;
         for (int i = nc - 1; i >= 0; i--) {
             if (chain[i]->quant[t])
                 g_table.quant[t] = chain[i]->quant[t];
-            if (chain[i]->dot[t])
+            if (chain[i]->dot[t]) { /* dot4 must agree with dot bit for bit: same table */
                 g_table.dot[t] = chain[i]->dot[t];
+                g_table.dot4[t] = chain[i]->dot4[t];
+            }
         }
     }
     g_isa = isa;
@@ -221,7 +224,7 @@ float tdm_vec_dot(tdm_qtype wt, int64_t n, const void *w, const void *xq)
  * computed: the kernels need a good part of a core's time per byte, so the
  * DRAM latency must be hidden ahead of the hardware streamer. */
 #ifndef TDM_NO_PREFETCH
-#define PREFETCH_ROWS 2
+#define PREFETCH_ROWS 4
 static inline void prefetch_row(const uint8_t *p, size_t bytes)
 {
     for (size_t o = 0; o < bytes; o += 64)
@@ -242,6 +245,7 @@ void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, in
                      size_t y_stride)
 {
     tdm_vec_dot_fn dot = table()->dot[wt];
+    tdm_vec_dot4_fn dot4 = table()->dot4[wt];
     size_t row_bytes = tdm_qtype_row_bytes(wt, n);
     int64_t tile = row_bytes ? (int64_t)(32768 / row_bytes) : 1;
     if (tile < 1)
@@ -254,7 +258,17 @@ void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, in
         for (int64_t t = 0; t < ntok; t++) {
             const void *xt = xb + (size_t)t * xq_stride;
             float *yt = y + (size_t)t * y_stride;
-            for (int64_t r = rt; r < re; r++) {
+            int64_t r = rt;
+            if (dot4) {
+                for (; r + 4 <= re; r += 4) {
+                    for (int64_t p = r + PREFETCH_ROWS; t == 0 && p < r + PREFETCH_ROWS + 4 && p < r1; p++)
+                        prefetch_row(wb + (size_t)p * w_stride, row_bytes);
+                    float out[4];
+                    dot4(n, wb + (size_t)r * w_stride, w_stride, xt, out);
+                    yt[r] = out[0], yt[r + 1] = out[1], yt[r + 2] = out[2], yt[r + 3] = out[3];
+                }
+            }
+            for (; r < re; r++) {
                 if (t == 0 && r + PREFETCH_ROWS < r1)
                     prefetch_row(wb + (size_t)(r + PREFETCH_ROWS) * w_stride, row_bytes);
                 yt[r] = dot(n, wb + (size_t)r * w_stride, xt);

@@ -146,38 +146,81 @@ static float dot_f32(int64_t n, const void *w, const void *x) { return dot_float
 static float dot_f16(int64_t n, const void *w, const void *x) { return dot_float(n, w, x, load8_f16, 2); }
 static float dot_bf16(int64_t n, const void *w, const void *x) { return dot_float(n, w, x, load8_bf16, 2); }
 
-/* ---- 32-element blocks against Q8_0 / Q8_1 ------------------------------ */
+/* ---- row drivers --------------------------------------------------------
+ * Every quantised kernel below is a block step `acc = step(x, y, acc)`; the
+ * drivers run it over one row, or over four rows sharing the activation (the
+ * per-row reduction and call overhead then count once per four rows, which
+ * matters for the 2-3 block rows of down projections). Both reduce with
+ * hsum_ps / hsum4_ps, which add in the same order, so a row gets the same
+ * float from either driver. */
 
+typedef __m256 (*step_fn)(const uint8_t *x, const uint8_t *y, __m256 acc);
 
-/* signed: weights are signed int8 (use the sign trick); else unsigned 0..31. */
-INLINE float dot_blocks32(int64_t n, const uint8_t *w, int wsize, const uint8_t *y, int ysize,
-                          int yoff, w32_fn load, int is_signed, scale32_fn scale, min32_fn minterm)
+INLINE float dot_row(int64_t nb, const uint8_t *w, int bsize, const uint8_t *y, int ysize, step_fn step)
 {
     __m256 acc = _mm256_setzero_ps();
-    float macc = 0.0f;
-    for (int64_t b = 0; b < n / 32; b++, w += wsize, y += ysize) {
-        __m256i xv = load(w), yv = _mm256_loadu_si256((const __m256i *)(y + yoff));
-        __m256i p = is_signed ? mul_i8_pairs(xv, yv) : _mm256_maddubs_epi16(xv, yv);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale(w, y)), _mm256_cvtepi32_ps(sum_pairs(p)), acc);
-        if (minterm)
-            macc += minterm(w, y);
-    }
-    return hsum_ps(acc) + macc;
+    for (int64_t b = 0; b < nb; b++)
+        acc = step(w + b * bsize, y + b * ysize, acc);
+    return hsum_ps(acc);
 }
 
-#define DOT32(name, type, load, sgn, scale, minterm, act)                                          \
-    static float name(int64_t n, const void *w, const void *y)                                   \
-    {                                                                                             \
-        return dot_blocks32(n, w, TDM_B_##type, y, TDM_ACT_##act, TDM_ACT_##act == 36 ? 4 : 2,    \
-                            load, sgn, scale, minterm);                                           \
+INLINE void dot_row4(int64_t nb, const uint8_t *w, size_t stride, int bsize, const uint8_t *y, int ysize,
+                     step_fn step, float *out)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *x = w + b * bsize, *yb = y + b * ysize;
+        a0 = step(x, yb, a0);
+        a1 = step(x + stride, yb, a1);
+        a2 = step(x + 2 * stride, yb, a2);
+        a3 = step(x + 3 * stride, yb, a3);
     }
-DOT32(dot_q4_0, Q4_0, w_q4_0, 1, s_dxdy, NULL, Q8_0)
-DOT32(dot_q4_1, Q4_1, w_q4_1, 0, s_dxdy, m_q81, Q8_1)
-DOT32(dot_q5_0, Q5_0, w_q5_0, 1, s_dxdy, NULL, Q8_0)
-DOT32(dot_q5_1, Q5_1, w_q5_1, 0, s_dxdy, m_q81, Q8_1)
-DOT32(dot_q8_0, Q8_0, w_q8_0, 1, s_dxdy, NULL, Q8_0)
-DOT32(dot_iq4_nl, IQ4_NL, w_iq4_nl, 1, s_dxdy, NULL, Q8_0)
-DOT32(dot_mxfp4, MXFP4, w_mxfp4, 1, s_mxfp4, NULL, Q8_0)
+    hsum4_ps(a0, a1, a2, a3, out);
+}
+
+#define DEFINE_DOTS(name, step, bsize, belems, ysize)                                           \
+    static float name(int64_t n, const void *w, const void *y)                                  \
+    {                                                                                            \
+        return dot_row(n / (belems), w, bsize, y, ysize, step);                                  \
+    }                                                                                            \
+    static void name##_x4(int64_t n, const void *w, size_t stride, const void *y, float *out)   \
+    {                                                                                            \
+        dot_row4(n / (belems), w, stride, bsize, y, ysize, step, out);                           \
+    }
+
+/* ---- 32-element blocks against Q8_0 / Q8_1 ------------------------------ */
+
+/* Signed weights (the sign trick), one float scale per block. */
+#define STEP32(name, load, scale)                                                                 \
+    INLINE __m256 name(const uint8_t *x, const uint8_t *y, __m256 acc)                         \
+    {                                                                                           \
+        __m256i p = mul_i8_pairs(load(x), _mm256_loadu_si256((const __m256i *)(y + 2)));        \
+        return _mm256_fmadd_ps(_mm256_set1_ps(scale(x, y)), _mm256_cvtepi32_ps(sum_pairs(p)), acc); \
+    }
+STEP32(step_q4_0, w_q4_0, s_dxdy)
+STEP32(step_q5_0, w_q5_0, s_dxdy)
+STEP32(step_q8_0, w_q8_0, s_dxdy)
+STEP32(step_iq4_nl, w_iq4_nl, s_dxdy)
+STEP32(step_mxfp4, w_mxfp4, s_mxfp4)
+DEFINE_DOTS(dot_q4_0, step_q4_0, TDM_B_Q4_0, 32, TDM_ACT_Q8_0)
+DEFINE_DOTS(dot_q5_0, step_q5_0, TDM_B_Q5_0, 32, TDM_ACT_Q8_0)
+DEFINE_DOTS(dot_q8_0, step_q8_0, TDM_B_Q8_0, 32, TDM_ACT_Q8_0)
+DEFINE_DOTS(dot_iq4_nl, step_iq4_nl, TDM_B_IQ4_NL, 32, TDM_ACT_Q8_0)
+DEFINE_DOTS(dot_mxfp4, step_mxfp4, TDM_B_MXFP4, 32, TDM_ACT_Q8_0)
+
+/* Q4_1 / Q5_1: unsigned weights plus the min term m * s of the activation. */
+#define STEP32_MIN(name, load)                                                                    \
+    INLINE __m256 name(const uint8_t *x, const uint8_t *y, __m256 acc)                         \
+    {                                                                                           \
+        __m256i p = _mm256_maddubs_epi16(load(x), _mm256_loadu_si256((const __m256i *)(y + 4))); \
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(s_dxdy(x, y)), _mm256_cvtepi32_ps(sum_pairs(p)), acc); \
+        /* the min term enters one lane only */                                                 \
+        return _mm256_add_ps(acc, _mm256_castps128_ps256(_mm_set_ss(m_q81(x, y))));            \
+    }
+STEP32_MIN(step_q4_1, w_q4_1)
+STEP32_MIN(step_q5_1, w_q5_1)
+DEFINE_DOTS(dot_q4_1, step_q4_1, TDM_B_Q4_1, 32, TDM_ACT_Q8_1)
+DEFINE_DOTS(dot_q5_1, step_q5_1, TDM_B_Q5_1, 32, TDM_ACT_Q8_1)
 
 /* ---- K-quants against Q8_K ---------------------------------------------- */
 
@@ -206,56 +249,54 @@ INLINE __m256i q45k_block(const uint8_t *x, const uint8_t *qs, const uint8_t *qh
     return isum;
 }
 
-INLINE float dot_q45k(int64_t n, const uint8_t *w, const uint8_t *y, int bsize, int qs_off, int qh_off)
+/* acc += d*dy * isum - dmin*dy * mins (the K-quants with a min term). */
+INLINE __m256 acc_k_min(__m256 acc, float d, float dmin, float dy, __m256i isum, __m256i mins)
 {
-    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / 256; b++, w += bsize, y += TDM_ACT_Q8_K) {
-        __m256i mins;
-        __m256i isum = q45k_block(w, w + qs_off, qh_off ? w + qh_off : NULL, y, &mins);
-        float dy = tdm_rd_f32(y + Q8K_D);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * dy), _mm256_cvtepi32_ps(isum), acc);
-        macc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + 2) * dy), _mm256_cvtepi32_ps(mins), macc);
-    }
-    return hsum_ps(acc) - hsum_ps(macc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(isum), acc);
+    return _mm256_fnmadd_ps(_mm256_set1_ps(dmin * dy), _mm256_cvtepi32_ps(mins), acc);
 }
 
-static float dot_q4_k(int64_t n, const void *w, const void *y) { return dot_q45k(n, w, y, TDM_B_Q4_K, Q4K_QS, 0); }
-static float dot_q5_k(int64_t n, const void *w, const void *y) { return dot_q45k(n, w, y, TDM_B_Q5_K, Q5K_QS, Q5K_QH); }
-
-static float dot_q6_k(int64_t n, const void *w, const void *yq)
+INLINE __m256 step_q4_k(const uint8_t *x, const uint8_t *y, __m256 acc)
 {
-    const uint8_t *x = w, *y = yq;
-    __m256 acc = _mm256_setzero_ps();
+    __m256i mins, isum = q45k_block(x, x + Q4K_QS, NULL, y, &mins);
+    return acc_k_min(acc, fp16(x + Q4K_D), fp16(x + Q4K_DMIN), tdm_rd_f32(y + Q8K_D), isum, mins);
+}
+
+INLINE __m256 step_q5_k(const uint8_t *x, const uint8_t *y, __m256 acc)
+{
+    __m256i mins, isum = q45k_block(x, x + Q5K_QS, x + Q5K_QH, y, &mins);
+    return acc_k_min(acc, fp16(x + Q5K_D), fp16(x + Q5K_DMIN), tdm_rd_f32(y + Q8K_D), isum, mins);
+}
+
+INLINE __m256 step_q6_k(const uint8_t *x, const uint8_t *y, __m256 acc)
+{
     const __m256i low4 = _mm256_set1_epi8(0x0F), hi2 = _mm256_set1_epi8(0x30);
-    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_Q6_K, y += TDM_ACT_Q8_K) {
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + Q6K_SCALES)));
-        /* the -32 offset through the bsums: sum sc*(q-32)*y = sum sc*q*y - 32 sum sc*bsum */
-        __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                        _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 5));
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + Q6K_SCALES)));
+    /* the -32 offset through the bsums: sum sc*(q-32)*y = sum sc*q*y - 32 sum sc*bsum */
+    __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                    _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 5));
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = x + Q6K_QL + 64 * h;
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(x + Q6K_QH + 32 * h));
-            __m256i q[4] = {
-                _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2)),
-                _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(qh, hi2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2)),
-            };
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = x + Q6K_QL + 64 * h;
+        __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+        __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(x + Q6K_QH + 32 * h));
+        __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2)),
+            _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(qh, hi2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2)),
+        };
 #pragma GCC unroll 4
-            for (int part = 0; part < 4; part++) {
-                int c = 4 * h + part;
-                __m256i p = _mm256_maddubs_epi16(q[part], q8k_load(y, c));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
-            }
+        for (int part = 0; part < 4; part++) {
+            int c = 4 * h + part;
+            __m256i p = _mm256_maddubs_epi16(q[part], q8k_load(y, c));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
         }
-        float d = fp16(x + Q6K_D) * tdm_rd_f32(y + Q8K_D);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
     }
-    return hsum_ps(acc);
+    float d = fp16(x + Q6K_D) * tdm_rd_f32(y + Q8K_D);
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
 }
 
 /* Q2_K and Q3_K share the 2-bit planes: chunk c = 4h + j holds bits 2j..2j+1
@@ -266,81 +307,68 @@ INLINE __m256i two_bits(const uint8_t *qs, int c)
     return _mm256_and_si256(shift_right16(q, 2 * (c % 4)), _mm256_set1_epi8(3));
 }
 
-static float dot_q2_k(int64_t n, const void *w, const void *yq)
+INLINE __m256 step_q2_k(const uint8_t *x, const uint8_t *y, __m256 acc)
 {
-    const uint8_t *x = w, *y = yq;
-    __m256 acc = _mm256_setzero_ps();
-    float macc = 0.0f;
-    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_Q2_K, y += TDM_ACT_Q8_K) {
-        __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + Q2K_SCALES));
-        __m128i low4 = _mm_set1_epi8(0x0F);
-        __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, low4));
-        __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), low4));
-        int summs = hsum_i32(_mm256_madd_epi16(q8k_bsums(y), mn16));
-        __m256i isum = _mm256_setzero_si256();
+    __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + Q2K_SCALES)), low4 = _mm_set1_epi8(0x0F);
+    __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, low4));
+    __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), low4));
+    __m256i mins = _mm256_madd_epi16(q8k_bsums(y), mn16), isum = _mm256_setzero_si256();
 #pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) {
-            __m256i p = _mm256_maddubs_epi16(two_bits(x + Q2K_QS, c), q8k_load(y, c));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
-        }
-        float dy = tdm_rd_f32(y + Q8K_D);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * fp16(x + Q2K_D)), _mm256_cvtepi32_ps(isum), acc);
-        macc += (dy * fp16(x + Q2K_DMIN)) * (float)summs;
+    for (int c = 0; c < 8; c++) {
+        __m256i p = _mm256_maddubs_epi16(two_bits(x + Q2K_QS, c), q8k_load(y, c));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
     }
-    return hsum_ps(acc) - macc;
+    return acc_k_min(acc, fp16(x + Q2K_D), fp16(x + Q2K_DMIN), tdm_rd_f32(y + Q8K_D), isum, mins);
 }
 
-static float dot_q3_k(int64_t n, const void *w, const void *yq)
+INLINE __m256 step_q3_k(const uint8_t *x, const uint8_t *y, __m256 acc)
 {
-    const uint8_t *x = w, *y = yq;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_Q3_K, y += TDM_ACT_Q8_K) {
-        int8_t s[16];
-        tdm_q3k_scales(x + Q3K_SCALES, s);
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
-        /* v = u - 4 with u = low2 | hbit<<2 in 0..7: the -4 goes through the bsums */
-        __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                        _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 2));
-        __m256i hm = _mm256_loadu_si256((const __m256i *)(x + Q3K_HMASK)), one = _mm256_set1_epi8(1);
+    int8_t s[16];
+    tdm_q3k_scales(x + Q3K_SCALES, s);
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+    /* v = u - 4 with u = low2 | hbit<<2 in 0..7: the -4 goes through the bsums */
+    __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                    _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 2));
+    __m256i hm = _mm256_loadu_si256((const __m256i *)(x + Q3K_HMASK)), one = _mm256_set1_epi8(1);
 #pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) {
-            __m256i hb = _mm256_and_si256(shift_right16(hm, c), one);
-            __m256i u = _mm256_or_si256(two_bits(x + Q3K_QS, c), _mm256_slli_epi16(hb, 2));
-            __m256i p = _mm256_maddubs_epi16(u, q8k_load(y, c));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
-        }
-        float d = fp16(x + Q3K_D) * tdm_rd_f32(y + Q8K_D);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    for (int c = 0; c < 8; c++) {
+        __m256i hb = _mm256_and_si256(shift_right16(hm, c), one);
+        __m256i u = _mm256_or_si256(two_bits(x + Q3K_QS, c), _mm256_slli_epi16(hb, 2));
+        __m256i p = _mm256_maddubs_epi16(u, q8k_load(y, c));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
     }
-    return hsum_ps(acc);
+    float d = fp16(x + Q3K_D) * tdm_rd_f32(y + Q8K_D);
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
 }
 
-static float dot_iq4_xs(int64_t n, const void *w, const void *yq)
+INLINE __m256 step_iq4_xs(const uint8_t *x, const uint8_t *y, __m256 acc)
 {
-    const uint8_t *x = w, *y = yq;
-    __m256 acc = _mm256_setzero_ps();
     const __m256i table = table16(tdm_kvalues_iq4nl);
-    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_IQ4_XS, y += TDM_ACT_Q8_K) {
-        __m256i isum = _mm256_setzero_si256(), ls16 = iq4xs_scales16(x);
+    __m256i isum = _mm256_setzero_si256(), ls16 = iq4xs_scales16(x);
 #pragma GCC unroll 8
-        for (int ib = 0; ib < 8; ib++) {
-            __m256i wv = _mm256_shuffle_epi8(table, nibbles32(x + IQ4XS_QS + 16 * ib));
-            __m256i p = mul_i8_pairs(wv, q8k_load(y, ib));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, bcast16(ls16, ib)));
-        }
-        float d = fp16(x + IQ4XS_D) * tdm_rd_f32(y + Q8K_D);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    for (int ib = 0; ib < 8; ib++) {
+        __m256i wv = _mm256_shuffle_epi8(table, nibbles32(x + IQ4XS_QS + 16 * ib));
+        __m256i p = mul_i8_pairs(wv, q8k_load(y, ib));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, bcast16(ls16, ib)));
     }
-    return hsum_ps(acc);
+    float d = fp16(x + IQ4XS_D) * tdm_rd_f32(y + Q8K_D);
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
 }
 
+DEFINE_DOTS(dot_q2_k, step_q2_k, TDM_B_Q2_K, 256, TDM_ACT_Q8_K)
+DEFINE_DOTS(dot_q3_k, step_q3_k, TDM_B_Q3_K, 256, TDM_ACT_Q8_K)
+DEFINE_DOTS(dot_q4_k, step_q4_k, TDM_B_Q4_K, 256, TDM_ACT_Q8_K)
+DEFINE_DOTS(dot_q5_k, step_q5_k, TDM_B_Q5_K, 256, TDM_ACT_Q8_K)
+DEFINE_DOTS(dot_q6_k, step_q6_k, TDM_B_Q6_K, 256, TDM_ACT_Q8_K)
+DEFINE_DOTS(dot_iq4_xs, step_iq4_xs, TDM_B_IQ4_XS, 256, TDM_ACT_Q8_K)
+
+#define DOTS(T, f) .dot[TDM_Q_##T] = f, .dot4[TDM_Q_##T] = f##_x4
 const tdm_kernel_table tdm_kernels_avx2 = {
     .quant = {[TDM_Q_F32] = quant_f32, [TDM_Q_Q8_0] = quant_q8_0, [TDM_Q_Q8_1] = quant_q8_1,
               [TDM_Q_Q8_K] = quant_q8_k},
-    .dot = {[TDM_Q_F32] = dot_f32, [TDM_Q_F16] = dot_f16, [TDM_Q_BF16] = dot_bf16,
-            [TDM_Q_Q4_0] = dot_q4_0, [TDM_Q_Q4_1] = dot_q4_1, [TDM_Q_Q5_0] = dot_q5_0,
-            [TDM_Q_Q5_1] = dot_q5_1, [TDM_Q_Q8_0] = dot_q8_0, [TDM_Q_IQ4_NL] = dot_iq4_nl,
-            [TDM_Q_MXFP4] = dot_mxfp4, [TDM_Q_Q2_K] = dot_q2_k, [TDM_Q_Q3_K] = dot_q3_k,
-            [TDM_Q_Q4_K] = dot_q4_k, [TDM_Q_Q5_K] = dot_q5_k, [TDM_Q_Q6_K] = dot_q6_k,
-            [TDM_Q_IQ4_XS] = dot_iq4_xs},
+    .dot[TDM_Q_F32] = dot_f32, .dot[TDM_Q_F16] = dot_f16, .dot[TDM_Q_BF16] = dot_bf16,
+    DOTS(Q4_0, dot_q4_0), DOTS(Q4_1, dot_q4_1), DOTS(Q5_0, dot_q5_0), DOTS(Q5_1, dot_q5_1),
+    DOTS(Q8_0, dot_q8_0), DOTS(IQ4_NL, dot_iq4_nl), DOTS(MXFP4, dot_mxfp4), DOTS(Q2_K, dot_q2_k),
+    DOTS(Q3_K, dot_q3_k), DOTS(Q4_K, dot_q4_k), DOTS(Q5_K, dot_q5_k), DOTS(Q6_K, dot_q6_k),
+    DOTS(IQ4_XS, dot_iq4_xs),
 };

@@ -34,9 +34,15 @@ typedef void (*tdm_act_quant_fn)(const float *x, void *xq, int64_t n);
 /* One weight row of n elements against one quantised activation. */
 typedef float (*tdm_vec_dot_fn)(int64_t n, const void *w, const void *xq);
 
+/* Four consecutive rows (w_stride bytes apart) against one activation:
+ * out[i] must equal the table's dot() of row i bit for bit. */
+typedef void (*tdm_vec_dot4_fn)(int64_t n, const void *w, size_t w_stride, const void *xq,
+                                float *out);
+
 typedef struct tdm_kernel_table {
     tdm_act_quant_fn quant[TDM_Q_COUNT]; /* by activation type: F32, Q8_0, Q8_1, Q8_K */
     tdm_vec_dot_fn dot[TDM_Q_COUNT];     /* by weight type */
+    tdm_vec_dot4_fn dot4[TDM_Q_COUNT];   /* optional; taken only with the same table's dot */
 } tdm_kernel_table;
 
 extern const tdm_kernel_table tdm_kernels_scalar;

@@ -10,12 +10,20 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
+/* Sum of the 8 lanes as ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)): the order
+ * hsum4_ps uses for each of its four vectors. */
 INLINE float hsum_ps(__m256 v)
 {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    __m256 h = _mm256_hadd_ps(v, v);
+    h = _mm256_hadd_ps(h, h);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
+/* out[i] = hsum_ps(vi), bit for bit, for four vectors at once. */
+INLINE void hsum4_ps(__m256 a, __m256 b, __m256 c, __m256 d, float *out)
+{
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
 }
 
 INLINE int hsum_i32(__m256i v)
