@@ -68,6 +68,16 @@ tdm_status tdm_gpu_copy(tdm_gpu *g, void *dst, const void *src, size_t bytes, td
 tdm_status tdm_gpu_memset(tdm_gpu *g, void *dst, int byte, size_t bytes, tdm_error *err);
 /* Fills n floats with v (tests poison outputs with NaN this way). */
 tdm_status tdm_gpu_fill_f32(tdm_gpu *g, float *dst, float v, size_t n, tdm_error *err);
+/* Expert/slot copies on the context's copy stream, overlapping compute
+ * (src in page-locked memory for a truly asynchronous DMA; any direction). */
+tdm_status tdm_gpu_copy_async(tdm_gpu *g, void *dst, const void *src, size_t bytes,
+                              tdm_error *err);
+/* Orders the streams without blocking the host: compute waits for every copy
+ * queued so far (before using a filled slot) ... */
+tdm_status tdm_gpu_wait_copies(tdm_gpu *g, tdm_error *err);
+/* ... and copies wait for the compute queued so far (before overwriting a
+ * slot that queued kernels may still read). */
+tdm_status tdm_gpu_wait_compute(tdm_gpu *g, tdm_error *err);
 /* Waits for the compute stream; reports any asynchronous kernel error. */
 tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err);
 

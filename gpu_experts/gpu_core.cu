@@ -57,6 +57,10 @@ static void destroy(tdm_gpu *g)
     for (int i = 0; i < TDM_GPU_MARKS; i++)
         if (g->marks[i])
             cudaEventDestroy(g->marks[i]);
+    if (g->copy_done)
+        cudaEventDestroy(g->copy_done);
+    if (g->compute_done)
+        cudaEventDestroy(g->compute_done);
     if (g->copy_stream)
         cudaStreamDestroy(g->copy_stream);
     if (g->stream)
@@ -78,6 +82,8 @@ static tdm_status create(tdm_gpu *g, int device, tdm_error *err)
     TDM_CU(err, cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking));
     for (int i = 0; i < TDM_GPU_MARKS; i++)
         TDM_CU(err, cudaEventCreate(&g->marks[i]));
+    TDM_CU(err, cudaEventCreateWithFlags(&g->copy_done, cudaEventDisableTiming));
+    TDM_CU(err, cudaEventCreateWithFlags(&g->compute_done, cudaEventDisableTiming));
     TDM_BLAS(err, cublasCreate(&g->blas));
     TDM_BLAS(err, cublasSetStream(g->blas, g->stream));
     return TDM_OK;
@@ -201,6 +207,27 @@ extern "C" tdm_status tdm_gpu_copy(tdm_gpu *g, void *dst, const void *src, size_
                                    tdm_error *err)
 {
     TDM_CU(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g->stream));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_copy_async(tdm_gpu *g, void *dst, const void *src, size_t bytes,
+                                         tdm_error *err)
+{
+    TDM_CU(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, g->copy_stream));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_wait_copies(tdm_gpu *g, tdm_error *err)
+{
+    TDM_CU(err, cudaEventRecord(g->copy_done, g->copy_stream));
+    TDM_CU(err, cudaStreamWaitEvent(g->stream, g->copy_done, 0));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_wait_compute(tdm_gpu *g, tdm_error *err)
+{
+    TDM_CU(err, cudaEventRecord(g->compute_done, g->stream));
+    TDM_CU(err, cudaStreamWaitEvent(g->copy_stream, g->compute_done, 0));
     return TDM_OK;
 }
 

@@ -63,6 +63,24 @@ tdm_status tdm_gpu_copy(tdm_gpu *g, void *dst, const void *src, size_t bytes, td
     return NO_CUDA(err, "gpu copy");
 }
 
+tdm_status tdm_gpu_copy_async(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err)
+{
+    (void)g, (void)dst, (void)src, (void)bytes;
+    return NO_CUDA(err, "gpu copy_async");
+}
+
+tdm_status tdm_gpu_wait_copies(tdm_gpu *g, tdm_error *err)
+{
+    (void)g;
+    return NO_CUDA(err, "gpu wait_copies");
+}
+
+tdm_status tdm_gpu_wait_compute(tdm_gpu *g, tdm_error *err)
+{
+    (void)g;
+    return NO_CUDA(err, "gpu wait_compute");
+}
+
 tdm_status tdm_gpu_memset(tdm_gpu *g, void *dst, int byte, size_t bytes, tdm_error *err)
 {
     (void)g, (void)dst, (void)byte, (void)bytes;

@@ -450,13 +450,45 @@ static void test_router(void **state)
     printf("  %s\n", e.msg);
 }
 
+/* Slot copies on the copy stream, ordered against compute only by the fences:
+ * a kernel queued on the compute stream after tdm_gpu_wait_copies() must see
+ * the copied bytes, and a copy queued after tdm_gpu_wait_compute() must not
+ * overwrite them before the kernel read them. */
+static void test_copy_stream(void **state)
+{
+    (void)state;
+    size_t n = 24u << 20; /* 96 MiB: long enough for a race to show */
+    float *h = NULL;
+    GPU_OK(tdm_gpu_alloc_host(g_gpu, n * sizeof(float), (void **)&h, ERR));
+    rand_floats(h, n, 1.0f);
+    float *slot = dev_poisoned(n), *seen = dev_poisoned(n);
+    GPU_OK(tdm_gpu_sync(g_gpu, ERR));
+    GPU_OK(tdm_gpu_wait_compute(g_gpu, ERR)); /* the poison fill is done */
+    GPU_OK(tdm_gpu_copy_async(g_gpu, slot, h, n * sizeof(float), ERR));
+    GPU_OK(tdm_gpu_wait_copies(g_gpu, ERR));
+    GPU_OK(tdm_gpu_copy(g_gpu, seen, slot, n * sizeof(float), ERR)); /* the "kernel" */
+    GPU_OK(tdm_gpu_wait_compute(g_gpu, ERR));
+    float *zero = calloc(n, sizeof(float));
+    GPU_OK(tdm_gpu_copy_async(g_gpu, slot, zero, n * sizeof(float), ERR)); /* next expert */
+    float *got = dev_download_f32(seen, n);
+    assert_memory_equal(got, h, n * sizeof(float));
+    GPU_OK(tdm_gpu_wait_copies(g_gpu, ERR)); /* all copies done before freeing their source */
+    GPU_OK(tdm_gpu_sync(g_gpu, ERR));
+    printf("  copy stream + fences: 96 MiB slot copy seen complete by compute, not overwritten\n");
+    free(got);
+    free(zero);
+    dev_free(slot);
+    dev_free(seen);
+    tdm_gpu_release_host(g_gpu, h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
         cmocka_unit_test(test_qgate_split), cmocka_unit_test(test_attention),
         cmocka_unit_test(test_ssm_conv),  cmocka_unit_test(test_deltanet),
-        cmocka_unit_test(test_router),
+        cmocka_unit_test(test_router),    cmocka_unit_test(test_copy_stream),
     };
     return cmocka_run_group_tests(tests, gpu_setup, gpu_teardown);
 }
