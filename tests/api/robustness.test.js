@@ -167,6 +167,48 @@ test('a client leaving while queued is skipped', T, async () => {
   assert.equal(after.tandem_generations_total, before.tandem_generations_total + 1, 'the queued job never ran');
 });
 
+test('400 mutated requests: only 200/400 answers, never a crash', T, async () => {
+  let seed = 12345;
+  const rnd = (n) => { seed = (seed * 1103515245 + 12345) >>> 0; return (seed >>> 8) % n; };
+  const odd = [null, true, false, 0, -1, 2.5, 1e308, -1e308, '', 'str', '\u0000', [], {}, [1, 'a'], { a: {} }, 'x'.repeat(3000)];
+  const bases = [
+    ['/v1/chat/completions', { model: 'd', messages: [{ role: 'user', content: 'What is 12 + 7?' }], max_tokens: 2, grace_tokens: 0, temperature: 0.5, stop: ['x'], stream: false }],
+    ['/v1/completions', { model: 'd', prompt: 'The jury said', max_tokens: 2, seed: 3 }],
+    ['/v1/messages', { model: 'd', max_tokens: 2, grace_tokens: 0, system: 'be brief', messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }], thinking: { type: 'enabled', budget_tokens: 1 } }],
+  ];
+  const mutate = (v, depth) => {
+    if (depth > 3 || rnd(4) === 0) return odd[rnd(odd.length)];
+    if (Array.isArray(v)) return v.map((x) => (rnd(3) ? mutate(x, depth + 1) : x));
+    if (v && typeof v === 'object') {
+      const o = {};
+      for (const [k, x] of Object.entries(v)) {
+        const r = rnd(6);
+        if (r === 0) continue;                    // drop the field
+        o[k] = r === 1 ? mutate(x, depth + 1) : x;
+      }
+      if (rnd(5) === 0) o['k' + rnd(100)] = odd[rnd(odd.length)];
+      return o;
+    }
+    return v;
+  };
+  for (let i = 0; i < 400; i++) {
+    const [path, base] = bases[i % bases.length];
+    let body = JSON.stringify(mutate(base, 0));
+    switch (rnd(8)) {
+      case 0: body = body.slice(0, rnd(body.length + 1)); break;
+      case 1: { const b = Buffer.from(body); b[rnd(b.length)] = rnd(256); body = b; break; }
+      case 2: body = '['.repeat(2000 + rnd(3000)) + ']'.repeat(10); break;
+      case 3: body = Buffer.concat([Buffer.from(body.slice(0, -2)), Buffer.from([0xff, 0xfe, 0xc3]), Buffer.from('"}')]); break;
+      default: break;
+    }
+    const r = await post(path, body);
+    assert.ok(r.status === 200 || r.status === 400, `${i} ${path}: ${r.status} for ${String(body).slice(0, 200)}`);
+    if (r.status === 400) assert.ok(r.json && (r.json.error || r.json.type === 'error'), r.text);
+  }
+  assert.ok(srv.alive());
+  assert.equal((await rawRequest(srv.url, { path: '/health' })).status, 200);
+});
+
 test('20 concurrent clients are queued and all answered', T, async () => {
   let maxDepth = 0, polling = true;
   const poller = (async () => {
