@@ -74,6 +74,50 @@ INLINE __m512i dot_us_scaled(__m512i acc, __m512i u, __m512i s, __m512i sc16)
 
 INLINE __m512i q8k_load512(const uint8_t *y, int c) { return load512(y + Q8K_QS + 32 * c); }
 
+/* ---- row drivers (as in kernels_avx2.c): hsum512 / hsum4_512 add in the
+ * same order, so the 1-row and 4-row drivers agree bit for bit ---------- */
+
+INLINE __m256 fold512(__m512 v)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+}
+
+INLINE float hsum512(__m512 v) { return hsum_ps(fold512(v)); }
+
+typedef __m512 (*step512_fn)(const uint8_t *x, const uint8_t *y, __m512 acc);
+
+INLINE float dot_row512(int64_t nb, const uint8_t *w, int bsize, const uint8_t *y, int ysize, step512_fn step)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++)
+        acc = step(w + b * bsize, y + b * ysize, acc);
+    return hsum512(acc);
+}
+
+INLINE void dot_row4_512(int64_t nb, const uint8_t *w, size_t stride, int bsize, const uint8_t *y, int ysize,
+                         step512_fn step, float *out)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *x = w + b * bsize, *yb = y + b * ysize;
+        a0 = step(x, yb, a0);
+        a1 = step(x + stride, yb, a1);
+        a2 = step(x + 2 * stride, yb, a2);
+        a3 = step(x + 3 * stride, yb, a3);
+    }
+    hsum4_ps(fold512(a0), fold512(a1), fold512(a2), fold512(a3), out);
+}
+
+#define DEFINE_DOTS512(name, step, bsize)                                                        \
+    static float name(int64_t n, const void *w, const void *y)                                  \
+    {                                                                                            \
+        return dot_row512(n / 256, w, bsize, y, TDM_ACT_Q8_K, step);                             \
+    }                                                                                            \
+    static void name##_x4(int64_t n, const void *w, size_t stride, const void *y, float *out)   \
+    {                                                                                            \
+        dot_row4_512(n / 256, w, stride, bsize, y, TDM_ACT_Q8_K, step, out);                     \
+    }
+
 /* ---- float weights ------------------------------------------------------ */
 
 typedef __m512 (*load16_fn)(const uint8_t *p, __mmask16 m);
@@ -171,22 +215,20 @@ INLINE __m512i q45k_block512(const uint8_t *x, const uint8_t *qs, const uint8_t 
     return _mm512_add_epi32(isum[0], isum[1]);
 }
 
-INLINE float dot_q45k_512(int64_t n, const uint8_t *w, const uint8_t *y, int bsize, int qs_off, int qh_off)
+INLINE __m512 step_q45k(const uint8_t *x, const uint8_t *y, __m512 acc, const uint8_t *qs, const uint8_t *qh)
 {
-    __m512 acc = _mm512_setzero_ps();
-    __m256 macc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / 256; b++, w += bsize, y += TDM_ACT_Q8_K) {
-        __m256i mins;
-        __m512i isum = q45k_block512(w, w + qs_off, qh_off ? w + qh_off : NULL, y, &mins);
-        float dy = tdm_rd_f32(y + Q8K_D);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(fp16(w) * dy), _mm512_cvtepi32_ps(isum), acc);
-        macc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + 2) * dy), _mm256_cvtepi32_ps(mins), macc);
-    }
-    return _mm512_reduce_add_ps(acc) - hsum_ps(macc);
+    __m256i mins;
+    __m512i isum = q45k_block512(x, qs, qh, y, &mins);
+    float dy = tdm_rd_f32(y + Q8K_D);
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(fp16(x) * dy), _mm512_cvtepi32_ps(isum), acc);
+    /* the mins lanes occupy the low half; the zero high half leaves acc unchanged there */
+    return _mm512_fnmadd_ps(_mm512_set1_ps(fp16(x + 2) * dy), _mm512_zextps256_ps512(_mm256_cvtepi32_ps(mins)), acc);
 }
 
-static float dot_q4_k(int64_t n, const void *w, const void *y) { return dot_q45k_512(n, w, y, TDM_B_Q4_K, Q4K_QS, 0); }
-static float dot_q5_k(int64_t n, const void *w, const void *y) { return dot_q45k_512(n, w, y, TDM_B_Q5_K, Q5K_QS, Q5K_QH); }
+INLINE __m512 step_q4_k(const uint8_t *x, const uint8_t *y, __m512 acc) { return step_q45k(x, y, acc, x + Q4K_QS, NULL); }
+INLINE __m512 step_q5_k(const uint8_t *x, const uint8_t *y, __m512 acc) { return step_q45k(x, y, acc, x + Q5K_QS, x + Q5K_QH); }
+DEFINE_DOTS512(dot_q4_k, step_q4_k, TDM_B_Q4_K)
+DEFINE_DOTS512(dot_q5_k, step_q5_k, TDM_B_Q5_K)
 
 /* Start value of a block's int32 lanes: -off * sum_g scale[g] * bsums[g]
  * (how the Q6_K -32 and Q3_K -4 offsets are applied). */
@@ -196,29 +238,25 @@ INLINE __m512i offset_lanes(const uint8_t *y, __m256i sc16, int log2_off)
     return _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), t));
 }
 
-static float dot_q6_k(int64_t n, const void *w, const void *yq)
+INLINE __m512 step_q6_k(const uint8_t *x, const uint8_t *y, __m512 acc)
 {
-    const uint8_t *x = w, *y = yq;
-    __m512 acc = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3);
-    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_Q6_K, y += TDM_ACT_Q8_K) {
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + Q6K_SCALES)));
-        __m512i scv = _mm512_castsi256_si512(sc16), isum = offset_lanes(y, sc16, 5);
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + Q6K_SCALES)));
+    __m512i scv = _mm512_castsi256_si512(sc16), isum = offset_lanes(y, sc16, 5);
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m512i l = load512(x + Q6K_QL + 64 * h), qh = bcast256(x + Q6K_QH + 32 * h);
-            __m512i hb0 = _mm512_and_si512(_mm512_srlv_epi16(qh, halves16(0, 2)), three);
-            __m512i hb1 = _mm512_and_si512(_mm512_srlv_epi16(qh, halves16(4, 6)), three);
-            __m512i m0 = _mm512_or_si512(_mm512_and_si512(l, low4), _mm512_slli_epi16(hb0, 4));
-            __m512i m1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), _mm512_slli_epi16(hb1, 4));
-            isum = dot_us_scaled(isum, m0, q8k_load512(y, 4 * h), _mm512_permutexvar_epi16(quad16(8 * h), scv));
-            isum = dot_us_scaled(isum, m1, q8k_load512(y, 4 * h + 2), _mm512_permutexvar_epi16(quad16(8 * h + 4), scv));
-        }
-        float d = fp16(x + Q6K_D) * tdm_rd_f32(y + Q8K_D);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
+    for (int h = 0; h < 2; h++) {
+        __m512i l = load512(x + Q6K_QL + 64 * h), qh = bcast256(x + Q6K_QH + 32 * h);
+        __m512i hb0 = _mm512_and_si512(_mm512_srlv_epi16(qh, halves16(0, 2)), three);
+        __m512i hb1 = _mm512_and_si512(_mm512_srlv_epi16(qh, halves16(4, 6)), three);
+        __m512i m0 = _mm512_or_si512(_mm512_and_si512(l, low4), _mm512_slli_epi16(hb0, 4));
+        __m512i m1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), _mm512_slli_epi16(hb1, 4));
+        isum = dot_us_scaled(isum, m0, q8k_load512(y, 4 * h), _mm512_permutexvar_epi16(quad16(8 * h), scv));
+        isum = dot_us_scaled(isum, m1, q8k_load512(y, 4 * h + 2), _mm512_permutexvar_epi16(quad16(8 * h + 4), scv));
     }
-    return _mm512_reduce_add_ps(acc);
+    float d = fp16(x + Q6K_D) * tdm_rd_f32(y + Q8K_D);
+    return _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
 }
+DEFINE_DOTS512(dot_q6_k, step_q6_k, TDM_B_Q6_K)
 
 /* Q2_K / Q3_K: chunks c, c+1 (c even) of the 2-bit planes of qs[32(c/4) ..]. */
 INLINE __m512i two_bits512(const uint8_t *qs, int c)
@@ -227,78 +265,67 @@ INLINE __m512i two_bits512(const uint8_t *qs, int c)
     return _mm512_and_si512(_mm512_srlv_epi16(q, halves16(2 * (c % 4), 2 * (c % 4) + 2)), _mm512_set1_epi8(3));
 }
 
-static float dot_q2_k(int64_t n, const void *w, const void *yq)
+INLINE __m512 step_q2_k(const uint8_t *x, const uint8_t *y, __m512 acc)
 {
-    const uint8_t *x = w, *y = yq;
-    __m512 acc = _mm512_setzero_ps();
-    float macc = 0.0f;
-    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_Q2_K, y += TDM_ACT_Q8_K) {
-        __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + Q2K_SCALES)), low4 = _mm_set1_epi8(0x0F);
-        __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, low4));
-        __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), low4));
-        int summs = hsum_i32(_mm256_madd_epi16(q8k_bsums(y), mn16));
-        __m512i scv = _mm512_castsi256_si512(sc16), isum = _mm512_setzero_si512();
+    __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + Q2K_SCALES)), low4 = _mm_set1_epi8(0x0F);
+    __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, low4));
+    __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), low4));
+    __m256i mins = _mm256_madd_epi16(q8k_bsums(y), mn16);
+    __m512i scv = _mm512_castsi256_si512(sc16), isum = _mm512_setzero_si512();
 #pragma GCC unroll 4
-        for (int c = 0; c < 8; c += 2)
-            isum = dot_us_scaled(isum, two_bits512(x + Q2K_QS, c), q8k_load512(y, c),
-                                 _mm512_permutexvar_epi16(quad16(2 * c), scv));
-        float dy = tdm_rd_f32(y + Q8K_D);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * fp16(x + Q2K_D)), _mm512_cvtepi32_ps(isum), acc);
-        macc += (dy * fp16(x + Q2K_DMIN)) * (float)summs;
-    }
-    return _mm512_reduce_add_ps(acc) - macc;
+    for (int c = 0; c < 8; c += 2)
+        isum = dot_us_scaled(isum, two_bits512(x + Q2K_QS, c), q8k_load512(y, c),
+                             _mm512_permutexvar_epi16(quad16(2 * c), scv));
+    float dy = tdm_rd_f32(y + Q8K_D);
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * fp16(x + Q2K_D)), _mm512_cvtepi32_ps(isum), acc);
+    return _mm512_fnmadd_ps(_mm512_set1_ps(dy * fp16(x + Q2K_DMIN)), _mm512_zextps256_ps512(_mm256_cvtepi32_ps(mins)), acc);
 }
 
-static float dot_q3_k(int64_t n, const void *w, const void *yq)
+INLINE __m512 step_q3_k(const uint8_t *x, const uint8_t *y, __m512 acc)
 {
-    const uint8_t *x = w, *y = yq;
-    __m512 acc = _mm512_setzero_ps();
     const __m512i one = _mm512_set1_epi8(1);
-    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_Q3_K, y += TDM_ACT_Q8_K) {
-        int8_t s[16];
-        tdm_q3k_scales(x + Q3K_SCALES, s);
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
-        __m512i scv = _mm512_castsi256_si512(sc16), isum = offset_lanes(y, sc16, 2);
-        __m512i hm = bcast256(x + Q3K_HMASK);
+    int8_t s[16];
+    tdm_q3k_scales(x + Q3K_SCALES, s);
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+    __m512i scv = _mm512_castsi256_si512(sc16), isum = offset_lanes(y, sc16, 2);
+    __m512i hm = bcast256(x + Q3K_HMASK);
 #pragma GCC unroll 4
-        for (int c = 0; c < 8; c += 2) {
-            __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, halves16(c, c + 1)), one);
-            __m512i u = _mm512_or_si512(two_bits512(x + Q3K_QS, c), _mm512_slli_epi16(hb, 2));
-            isum = dot_us_scaled(isum, u, q8k_load512(y, c), _mm512_permutexvar_epi16(quad16(2 * c), scv));
-        }
-        float d = fp16(x + Q3K_D) * tdm_rd_f32(y + Q8K_D);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
+    for (int c = 0; c < 8; c += 2) {
+        __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, halves16(c, c + 1)), one);
+        __m512i u = _mm512_or_si512(two_bits512(x + Q3K_QS, c), _mm512_slli_epi16(hb, 2));
+        isum = dot_us_scaled(isum, u, q8k_load512(y, c), _mm512_permutexvar_epi16(quad16(2 * c), scv));
     }
-    return _mm512_reduce_add_ps(acc);
+    float d = fp16(x + Q3K_D) * tdm_rd_f32(y + Q8K_D);
+    return _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
 }
 
-static float dot_iq4_xs(int64_t n, const void *w, const void *yq)
+INLINE __m512 step_iq4_xs(const uint8_t *x, const uint8_t *y, __m512 acc)
 {
-    const uint8_t *x = w, *y = yq;
-    __m512 acc = _mm512_setzero_ps();
     const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tdm_kvalues_iq4nl));
     const __m512i low4 = _mm512_set1_epi8(0x0F), nib_shift = _mm512_loadu_si512(k_nib_shift);
-    for (int64_t b = 0; b < n / 256; b++, x += TDM_B_IQ4_XS, y += TDM_ACT_Q8_K) {
-        __m512i scv = _mm512_castsi256_si512(iq4xs_scales16(x)), isum = _mm512_setzero_si512();
+    __m512i scv = _mm512_castsi256_si512(iq4xs_scales16(x)), isum = _mm512_setzero_si512();
 #pragma GCC unroll 4
-        for (int m = 0; m < 4; m++) { /* sub-blocks 2m, 2m+1: 32 bytes -> 64 values */
-            __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x + IQ4XS_QS + 32 * m)));
-            q = _mm512_shuffle_i64x2(q, q, 0x50); /* 128-bit lanes: q0, q0, q1, q1 */
-            __m512i wv = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srlv_epi16(q, nib_shift), low4));
-            __m512i yv = q8k_load512(y, 2 * m);
-            isum = dot_us_scaled(isum, _mm512_abs_epi8(wv), sign_by(yv, wv),
-                                 _mm512_permutexvar_epi16(halves16(2 * m, 2 * m + 1), scv));
-        }
-        float d = fp16(x + IQ4XS_D) * tdm_rd_f32(y + Q8K_D);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
+    for (int m = 0; m < 4; m++) { /* sub-blocks 2m, 2m+1: 32 bytes -> 64 values */
+        __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x + IQ4XS_QS + 32 * m)));
+        q = _mm512_shuffle_i64x2(q, q, 0x50); /* 128-bit lanes: q0, q0, q1, q1 */
+        __m512i wv = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srlv_epi16(q, nib_shift), low4));
+        __m512i yv = q8k_load512(y, 2 * m);
+        isum = dot_us_scaled(isum, _mm512_abs_epi8(wv), sign_by(yv, wv),
+                             _mm512_permutexvar_epi16(halves16(2 * m, 2 * m + 1), scv));
     }
-    return _mm512_reduce_add_ps(acc);
+    float d = fp16(x + IQ4XS_D) * tdm_rd_f32(y + Q8K_D);
+    return _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
 }
 
+DEFINE_DOTS512(dot_q2_k, step_q2_k, TDM_B_Q2_K)
+DEFINE_DOTS512(dot_q3_k, step_q3_k, TDM_B_Q3_K)
+DEFINE_DOTS512(dot_iq4_xs, step_iq4_xs, TDM_B_IQ4_XS)
+
+#define DOTS512(T, f) .dot[TDM_Q_##T] = f, .dot4[TDM_Q_##T] = f##_x4
 const tdm_kernel_table TDM_AVX512_TABLE = {
-    .dot = {[TDM_Q_F32] = dot_f32, [TDM_Q_F16] = dot_f16, [TDM_Q_BF16] = dot_bf16,
-            [TDM_Q_Q4_0] = dot_q4_0, [TDM_Q_Q5_0] = dot_q5_0, [TDM_Q_Q8_0] = dot_q8_0,
-            [TDM_Q_IQ4_NL] = dot_iq4_nl, [TDM_Q_MXFP4] = dot_mxfp4, [TDM_Q_Q2_K] = dot_q2_k,
-            [TDM_Q_Q3_K] = dot_q3_k, [TDM_Q_Q4_K] = dot_q4_k, [TDM_Q_Q5_K] = dot_q5_k,
-            [TDM_Q_Q6_K] = dot_q6_k, [TDM_Q_IQ4_XS] = dot_iq4_xs},
+    .dot[TDM_Q_F32] = dot_f32, .dot[TDM_Q_F16] = dot_f16, .dot[TDM_Q_BF16] = dot_bf16,
+    .dot[TDM_Q_Q4_0] = dot_q4_0, .dot[TDM_Q_Q5_0] = dot_q5_0, .dot[TDM_Q_Q8_0] = dot_q8_0,
+    .dot[TDM_Q_IQ4_NL] = dot_iq4_nl, .dot[TDM_Q_MXFP4] = dot_mxfp4,
+    DOTS512(Q2_K, dot_q2_k), DOTS512(Q3_K, dot_q3_k), DOTS512(Q4_K, dot_q4_k),
+    DOTS512(Q5_K, dot_q5_k), DOTS512(Q6_K, dot_q6_k), DOTS512(IQ4_XS, dot_iq4_xs),
 };
