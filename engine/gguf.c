@@ -395,7 +395,6 @@ static tdm_status parse_tensor_info(tdm_gguf *g, rd *r, int64_t idx)
     memcpy(g->tnames[idx], r->b + npos, (size_t)nlen);
     g->tnames[idx][nlen] = '\0';
     tdm_gguf_tensor *t = &g->t[idx];
-    t->name = g->tnames[idx];
     snprintf(ctx, sizeof ctx, "tensor '%s'", shown(r->b + npos, nlen, nb));
     if ((st = get_le(r, 4, &v, ctx))) return st;
     if (v < 1 || v > MAX_DIMS)
@@ -493,6 +492,19 @@ static tdm_status place_tensors(tdm_gguf *g, uint32_t flags, tdm_error *err)
 
 /* ---------------------------------------------------------------- parse / open */
 
+static tdm_status grow_tensors(tdm_gguf *g, int64_t *cap, tdm_error *err)
+{
+    int64_t n = *cap ? *cap * 2 : 256;
+    tdm_gguf_tensor *t = realloc(g->t, (size_t)n * sizeof *t);
+    if (t) g->t = t;
+    char(*names)[MAX_NAME] = realloc(g->tnames, (size_t)n * sizeof *names);
+    if (names) g->tnames = names;
+    if (!t || !names)
+        return tdm_error_set(err, TDM_ERR_OOM, "gguf: out of memory for %lld tensors", (long long)n);
+    *cap = n;
+    return TDM_OK;
+}
+
 static tdm_status parse_header(tdm_gguf *g, rd *r, uint64_t *n_t, uint64_t *n_kv)
 {
     uint64_t v;
@@ -546,15 +558,17 @@ static tdm_status parse(tdm_gguf *g, uint32_t flags, tdm_error *err)
                              g->kv[b].key, (long long)a, (long long)b);
     if ((st = parse_alignment(g, err))) return st;
 
-    g->t = calloc(n_t ? (size_t)n_t : 1, sizeof *g->t);
-    g->tnames = calloc(n_t ? (size_t)n_t : 1, sizeof *g->tnames);
-    if (!g->t || !g->tnames)
-        return tdm_error_set(err, TDM_ERR_OOM, "gguf: out of memory for %llu tensors", (unsigned long long)n_t);
+    /* Grown as infos are parsed, so memory follows what the file really
+     * holds, not what its (possibly hostile) tensor_count claims. */
+    int64_t cap = 0;
     for (uint64_t i = 0; !st && i < n_t; i++) {
+        if ((int64_t)i == cap && (st = grow_tensors(g, &cap, err))) return st;
+        memset(&g->t[i], 0, sizeof g->t[i]);
         st = parse_tensor_info(g, &r, (int64_t)i);
         g->n_t = (int64_t)i + 1;
     }
     if (st) return st;
+    for (int64_t i = 0; i < g->n_t; i++) g->t[i].name = g->tnames[i];
     if ((st = build_index(g->n_t, t_name_of, g, &g->t_ix, &a, &b, err))) return st;
     if (a >= 0)
         return tdm_error_set(err, TDM_ERR_FORMAT, "duplicate tensor name '%s' (tensors %lld and %lld)",
