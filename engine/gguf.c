@@ -941,3 +941,56 @@ const tdm_gguf_tensor *tdm_gguf_find_tensor(const tdm_gguf *g, const char *name)
     int64_t i = g ? index_find(g->t_ix, g->n_t, name) : -1;
     return i >= 0 ? &g->t[i] : NULL;
 }
+
+/* ---------------------------------------------------------------- content check */
+
+/* Byte offsets of the fp16 scales in one block (spec gguf.md §2.4). */
+static const struct { uint8_t n, off[2]; } k_scales[TDM_Q_COUNT] = {
+    [TDM_Q_Q4_0] = {1, {0}}, [TDM_Q_Q4_1] = {2, {0, 2}}, [TDM_Q_Q5_0] = {1, {0}},
+    [TDM_Q_Q5_1] = {2, {0, 2}}, [TDM_Q_Q8_0] = {1, {0}}, [TDM_Q_Q8_1] = {2, {0, 2}},
+    [TDM_Q_Q2_K] = {2, {80, 82}}, [TDM_Q_Q3_K] = {1, {108}}, [TDM_Q_Q4_K] = {2, {0, 2}},
+    [TDM_Q_Q5_K] = {2, {0, 2}}, [TDM_Q_Q6_K] = {1, {208}}, [TDM_Q_IQ2_XXS] = {1, {0}},
+    [TDM_Q_IQ2_XS] = {1, {0}}, [TDM_Q_IQ3_XXS] = {1, {0}}, [TDM_Q_IQ1_S] = {1, {0}},
+    [TDM_Q_IQ4_NL] = {1, {0}}, [TDM_Q_IQ3_S] = {1, {0}}, [TDM_Q_IQ2_S] = {1, {0}},
+    [TDM_Q_IQ4_XS] = {1, {0}}, [TDM_Q_TQ1_0] = {1, {52}}, [TDM_Q_TQ2_0] = {1, {64}},
+    [TDM_Q_Q1_0] = {1, {0}}, [TDM_Q_Q2_0] = {1, {0}},
+};
+
+static bool f16_finite(uint16_t h) { return (h & 0x7c00) != 0x7c00; }
+static bool bf16_finite(uint16_t h) { return (h & 0x7f80) != 0x7f80; }
+static bool f32_finite(uint32_t b) { return (b & 0x7f800000u) != 0x7f800000u; }
+
+tdm_status tdm_gguf_check_tensor_data(const tdm_gguf_tensor *t, tdm_error *err)
+{
+    if (!t) return tdm_error_set(err, TDM_ERR_INVALID, "gguf: NULL tensor");
+    if (!t->data && t->nbytes)
+        return tdm_error_set(err, TDM_ERR_FORMAT, "tensor '%s': data missing (file incomplete)", t->name);
+    const uint8_t *p = t->data;
+    const tdm_qtype_info *q = tdm_qtype_get(t->type);
+    uint64_t n = q ? t->nbytes / q->type_size : 0; /* blocks (elements for plain types) */
+    for (uint64_t i = 0; i < n; i++) {
+        const uint8_t *b = p + i * q->type_size;
+        bool ok = true;
+        unsigned bad_off = 0;
+        switch (t->type) {
+        case TDM_Q_F32: ok = f32_finite((uint32_t)rd_le(b, 4)); break;
+        case TDM_Q_F16: ok = f16_finite((uint16_t)rd_le(b, 2)); break;
+        case TDM_Q_BF16: ok = bf16_finite((uint16_t)rd_le(b, 2)); break;
+        case TDM_Q_Q8_K: ok = f32_finite((uint32_t)rd_le(b, 4)); break;
+        case TDM_Q_MXFP4: ok = b[0] != 0xff; break;
+        default:
+            for (unsigned k = 0; k < k_scales[t->type].n && ok; k++) {
+                bad_off = k_scales[t->type].off[k];
+                ok = f16_finite((uint16_t)rd_le(b + bad_off, 2));
+            }
+        }
+        if (ok) continue;
+        if (q->block == 1)
+            return tdm_error_set(err, TDM_ERR_FORMAT, "tensor '%s': element %llu is not finite",
+                                 t->name, (unsigned long long)i);
+        return tdm_error_set(err, TDM_ERR_FORMAT,
+                             "tensor '%s': block %llu has a non-finite %s scale (byte %u of the block)",
+                             t->name, (unsigned long long)i, q->name, bad_off);
+    }
+    return TDM_OK;
+}

@@ -124,6 +124,15 @@ bool tdm_gguf_complete(const tdm_gguf *g);
 /* FLOAT32 or FLOAT64 value as double (get_f32 rejects FLOAT64 values beyond float range). */
 tdm_status tdm_gguf_get_f64(const tdm_gguf *g, const char *key, double *out, tdm_error *err);
 
+/* Optional content check (llama.cpp --check-tensors, spec gguf.md §1.7.16):
+ * F32/F16/BF16 values must be finite; so must the fp16 block scales (d, and
+ * dmin/m/s where the type has them) of the block types, the f32 d of Q8_K;
+ * MXFP4 exponents must not be 0xFF. IQ1_M and NVFP4 scales are not checked.
+ * Reads every byte of the tensor (run on demand, e.g. `tandem info --check`).
+ * TDM_ERR_FORMAT naming the tensor and the first bad element or block; also
+ * when the tensor's data is missing (partial open). */
+tdm_status tdm_gguf_check_tensor_data(const tdm_gguf_tensor *t, tdm_error *err);
+
 /* "UINT32", "STRING", ...; "?" for an unknown id. */
 const char *tdm_gguf_vtype_name(tdm_gguf_vtype t);
 

@@ -860,6 +860,88 @@ static void test_big_vocab(void **state)
     free(pool); free(toks); free(merges); free(types);
 }
 
+/* ------------------------------------------------------------------ content check */
+
+/* Scale fields per type, restated from spec gguf.md §2.4 (kind: 0 fp16 scale
+ * at the offsets, 1 plain f32, 2 plain f16, 3 plain bf16, 4 f32 d at 0, 5 MXFP4 e). */
+static const struct { tdm_qtype t; int kind; int n; int off[2]; } k_check[] = {
+    {TDM_Q_F32, 1, 0, {0}}, {TDM_Q_F16, 2, 0, {0}}, {TDM_Q_BF16, 3, 0, {0}},
+    {TDM_Q_Q4_0, 0, 1, {0}}, {TDM_Q_Q4_1, 0, 2, {0, 2}}, {TDM_Q_Q5_0, 0, 1, {0}},
+    {TDM_Q_Q5_1, 0, 2, {0, 2}}, {TDM_Q_Q8_0, 0, 1, {0}}, {TDM_Q_Q8_1, 0, 2, {0, 2}},
+    {TDM_Q_Q2_K, 0, 2, {80, 82}}, {TDM_Q_Q3_K, 0, 1, {108}}, {TDM_Q_Q4_K, 0, 2, {0, 2}},
+    {TDM_Q_Q5_K, 0, 2, {0, 2}}, {TDM_Q_Q6_K, 0, 1, {208}}, {TDM_Q_Q8_K, 4, 0, {0}},
+    {TDM_Q_IQ2_XXS, 0, 1, {0}}, {TDM_Q_IQ2_XS, 0, 1, {0}}, {TDM_Q_IQ3_XXS, 0, 1, {0}},
+    {TDM_Q_IQ1_S, 0, 1, {0}}, {TDM_Q_IQ4_NL, 0, 1, {0}}, {TDM_Q_IQ3_S, 0, 1, {0}},
+    {TDM_Q_IQ2_S, 0, 1, {0}}, {TDM_Q_IQ4_XS, 0, 1, {0}}, {TDM_Q_TQ1_0, 0, 1, {52}},
+    {TDM_Q_TQ2_0, 0, 1, {64}}, {TDM_Q_MXFP4, 5, 0, {0}}, {TDM_Q_Q1_0, 0, 1, {0}},
+    {TDM_Q_Q2_0, 0, 1, {0}},
+};
+
+static void test_check_data(void **state)
+{
+    (void)state;
+    for (size_t c = 0; c < sizeof k_check / sizeof k_check[0]; c++) {
+        const tdm_qtype_info *q = tdm_qtype_get(k_check[c].t);
+        int64_t ne[2] = {(int64_t)q->block * 3, 5};
+        size_t nblk = 15, nb = nblk * q->type_size;
+        if (q->block == 1) { ne[0] = 33; nblk = 33 * 5; nb = nblk * q->type_size; }
+        uint8_t *d = malloc(nb);
+        fill_random(d, nb);
+        /* make every checked field finite, leave the rest random */
+        for (size_t i = 0; i < nblk; i++) {
+            uint8_t *b = d + i * q->type_size;
+            uint16_t h = (uint16_t)(rnd() & 0xbfff); /* exponent < 0x1f: finite fp16, and bf16 */
+            uint32_t f = (uint32_t)(rnd() & 0xbfffffffu); /* finite f32 */
+            switch (k_check[c].kind) {
+            case 1: case 4: memcpy(b, &f, 4); break;
+            case 2: case 3: memcpy(b, &h, 2); break;
+            case 5: b[0] = (uint8_t)(rnd() % 255); break;
+            default:
+                for (int k = 0; k < k_check[c].n; k++) {
+                    h = (uint16_t)(rnd() & 0xbfff);
+                    memcpy(b + k_check[c].off[k], &h, 2);
+                }
+            }
+        }
+        tdm_gguf_writer *w;
+        void *mem; size_t size; tdm_gguf *g;
+        OK(tdm_gguf_writer_create(&w, E));
+        OK(tdm_gguf_writer_add_tensor(w, "t", k_check[c].t, 2, ne, d, E));
+        OK(tdm_gguf_writer_write_memory(w, &mem, &size, E));
+        OK(tdm_gguf_open_memory(mem, size, &g, E));
+        const tdm_gguf_tensor *t = tdm_gguf_find_tensor(g, "t");
+        if (tdm_gguf_check_tensor_data(t, NULL) != TDM_OK)
+            fail_msg("%s: clean tensor rejected", q->name);
+        /* poison one field of one block/element (NaN or Inf) */
+        for (int rep = 0; rep < 4; rep++) {
+            size_t i = (size_t)(rnd() % nblk);
+            uint8_t *b = (uint8_t *)t->data + i * q->type_size;
+            uint8_t save[4];
+            int off = k_check[c].n ? k_check[c].off[rnd() % (uint64_t)k_check[c].n] : 0;
+            memcpy(save, b + off, 4 <= q->type_size - off ? 4 : 2);
+            uint16_t h = rep & 1 ? 0x7c00 : 0x7e01;
+            uint32_t f = rep & 1 ? 0x7f800000u : 0xffc00001u;
+            switch (k_check[c].kind) {
+            case 1: case 4: memcpy(b, &f, 4); break;
+            case 3: h = rep & 1 ? 0x7f80 : 0xffc1; memcpy(b, &h, 2); break;
+            case 5: b[0] = 0xff; break;
+            default: memcpy(b + off, &h, 2);
+            }
+            tdm_error err = {0};
+            assert_int_equal(tdm_gguf_check_tensor_data(t, &err), TDM_ERR_FORMAT);
+            char expect[64];
+            snprintf(expect, sizeof expect, "tensor 't': %s %zu ", q->block == 1 ? "element" : "block", i);
+            if (!strstr(err.msg, expect)) fail_msg("%s: '%s' lacks '%s'", q->name, err.msg, expect);
+            memcpy(b + off, save, 4 <= q->type_size - off ? 4 : 2);
+            assert_int_equal(tdm_gguf_check_tensor_data(t, NULL), TDM_OK);
+        }
+        tdm_gguf_free(g);
+        free(mem);
+        free(d);
+        tdm_gguf_writer_free(w);
+    }
+}
+
 static void test_open_errors(void **state)
 {
     (void)state;
@@ -897,6 +979,7 @@ int main(void)
         cmocka_unit_test(test_writer_paths),
         cmocka_unit_test(test_writer_rejects),
         cmocka_unit_test(test_big_vocab),
+        cmocka_unit_test(test_check_data),
         cmocka_unit_test(test_open_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

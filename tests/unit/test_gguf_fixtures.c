@@ -47,6 +47,8 @@ static void check_tensors_consistent(const tdm_gguf *g)
         assert_int_equal(t->nbytes, nbytes);
         assert_ptr_equal(t->data, base + data + t->offset);
         assert_true(data + t->offset + t->nbytes <= tdm_gguf_file_size(g));
+        tdm_error err = {0};
+        if (tdm_gguf_check_tensor_data(t, &err) != TDM_OK) fail_msg("%s", err.msg);
     }
 }
 
