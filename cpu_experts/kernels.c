@@ -205,19 +205,34 @@ size_t tdm_act_row_bytes(tdm_qtype wt, int64_t n)
     }
 }
 
+/* The kernels.h entry points return no status: a type without a CPU kernel is
+ * a caller bug (the model loader validates types with tdm_act_row_bytes() != 0),
+ * reported by name before aborting rather than by a wild jump. */
+static void no_kernel(const char *fn, tdm_qtype wt)
+{
+    tdm_log(TDM_LOG_ERROR, "%s: no CPU kernel for type %s (id %d)", fn, tdm_qtype_name(wt), (int)wt);
+    abort();
+}
+
 void tdm_act_quantize(tdm_qtype wt, const float *x, void *xq, int64_t n)
 {
     int at = act_type(wt);
-    if (at < 0) {
-        tdm_log(TDM_LOG_ERROR, "tdm_act_quantize: no CPU kernel for type %s", tdm_qtype_name(wt));
-        abort(); /* a caller bug: types are validated when the model is loaded */
-    }
+    if (at < 0)
+        no_kernel("tdm_act_quantize", wt);
     table()->quant[at](x, xq, n);
+}
+
+static tdm_vec_dot_fn dot_for(const char *fn, tdm_qtype wt)
+{
+    tdm_vec_dot_fn dot = (unsigned)wt < TDM_Q_COUNT ? table()->dot[wt] : NULL;
+    if (!dot || act_type(wt) < 0)
+        no_kernel(fn, wt);
+    return dot;
 }
 
 float tdm_vec_dot(tdm_qtype wt, int64_t n, const void *w, const void *xq)
 {
-    return table()->dot[wt](n, w, xq);
+    return dot_for("tdm_vec_dot", wt)(n, w, xq);
 }
 
 /* Software prefetch of the row PREFETCH_ROWS ahead while this one is
@@ -244,7 +259,7 @@ void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, in
                      int64_t r1, const void *xq, size_t xq_stride, int64_t ntok, float *y,
                      size_t y_stride)
 {
-    tdm_vec_dot_fn dot = table()->dot[wt];
+    tdm_vec_dot_fn dot = dot_for("tdm_matmul_rows", wt);
     tdm_vec_dot4_fn dot4 = table()->dot4[wt];
     size_t row_bytes = tdm_qtype_row_bytes(wt, n);
     int64_t tile = row_bytes ? (int64_t)(32768 / row_bytes) : 1;

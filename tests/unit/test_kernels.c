@@ -18,6 +18,9 @@
 #include <string.h>
 #include <math.h>
 #include <time.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -279,6 +282,37 @@ static void test_dispatch(void **state)
     select_isa(best);
 }
 
+/* A type without a CPU kernel is a caller bug: the entry points must stop
+ * with a message (SIGABRT), not jump through a NULL pointer. */
+static void expect_abort(int which)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        uint8_t buf[1024] = {0};
+        float y[4];
+        freopen("/dev/null", "w", stderr);
+        if (which == 0)
+            tdm_vec_dot(TDM_Q_IQ2_XXS, 256, buf, buf);
+        else if (which == 1)
+            tdm_act_quantize(TDM_Q_TQ1_0, (const float *)buf, buf, 256);
+        else
+            tdm_matmul_rows((tdm_qtype)31, 32, buf, 34, 0, 1, buf, 34, 1, y, 1);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGABRT);
+}
+
+static void test_unsupported_types(void **state)
+{
+    for (int i = 0; i < 3; i++)
+        expect_abort(i);
+}
+
 static void test_act_row_bytes(void **state)
 {
     assert_int_equal(tdm_act_row_bytes(TDM_Q_F32, 37), 37 * 4);
@@ -514,6 +548,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_act_row_bytes),
+        cmocka_unit_test(test_unsupported_types),
         cmocka_unit_test(test_act_quantize),
         cmocka_unit_test(test_dot),
         cmocka_unit_test(test_matmul_rows),
