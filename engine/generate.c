@@ -607,8 +607,8 @@ static tdm_status generate(run *r, tdm_sampler *smp, tdm_error *err)
                 think_count++;
             size_t cut = grace_left >= 0 && r->part == TDM_GEN_ANSWER ? grace_cut(g->piece, n) : n + 1;
             part_text(r, g->piece, cut <= n ? cut : n);
-            if (cut <= n) {
-                res->finish = TDM_GEN_FINISH_LENGTH;
+            if (cut <= n) { /* grace reached a sentence end (unless a stop string came first) */
+                res->finish = r->stopped ? TDM_GEN_FINISH_STOP : TDM_GEN_FINISH_LENGTH;
                 return TDM_OK;
             }
         }
