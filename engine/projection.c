@@ -650,7 +650,7 @@ void tdm_proj_grid_print(FILE *f, const tdm_proj_model *m, const tdm_proj_hitcur
             g->base.vram_efficiency, g->base.latency_us, h->source);
     fprintf(f, "%-24s %7s |", "DRAM", "GB/s");
     for (int32_t c = 0; c < g->n_vram; c++)
-        fprintf(f, " %9.0f GiB |", g->vram_gib[c]);
+        fprintf(f, " %9.4g GiB |", g->vram_gib[c]);
     fprintf(f, "\n%-24s %7s |", "  cache hit rate", "");
     for (int32_t c = 0; c < g->n_vram; c++) {
         const tdm_proj_point *p = &g->points[c];

@@ -154,56 +154,118 @@ out:
     return st;
 }
 
-/* Size of one table point as a cached fraction, from whichever key it has. */
-static bool point_fraction(const cJSON *o, const tdm_proj_model *m, double *f)
+/* Size of one table point as a cached fraction, from whichever key it has
+ * (or, for a cachesim result, the run's "slots"). */
+static bool point_fraction(const cJSON *o, const cJSON *doc, const tdm_proj_model *m, double *f)
 {
     static const char *const keys[] = {"fraction", "cached_fraction", "slots_per_layer", "slots",
                                        "cache_slots"};
-    for (int i = 0; i < 5; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, keys[i]);
-        if (!cJSON_IsNumber(v))
-            continue;
-        double d = i < 2 ? 1.0 : i == 2 ? m->n_expert : (double)m->n_moe_layer * m->n_expert;
-        *f = v->valuedouble / d;
-        return true;
-    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < 5; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(pass ? doc : o, keys[i]);
+            if (!cJSON_IsNumber(v))
+                continue;
+            double d = i < 2 ? 1.0 : i == 2 ? m->n_expert : (double)m->n_moe_layer * m->n_expert;
+            *f = v->valuedouble / d;
+            return true;
+        }
     return false;
 }
 
-static tdm_status curve_from_points(const cJSON *arr, const char *name, const char *policy,
-                                    const tdm_proj_model *m, tdm_proj_hitcurve *h, tdm_error *err)
+/* A cachesim run names its model's shape: it must be this model's. */
+static tdm_status check_shape(const cJSON *doc, const char *name, const tdm_proj_model *m,
+                              tdm_error *err)
 {
-    char chosen[64] = "";
-    if (policy)
-        snprintf(chosen, sizeof chosen, "%s", policy);
-    int i = 0;
+    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(doc, "n_layer");
+    const cJSON *ne = cJSON_GetObjectItemCaseSensitive(doc, "n_expert");
+    if (cJSON_IsNumber(nl) && nl->valuedouble != m->n_moe_layer)
+        return tdm_error_set(err, TDM_ERR_FORMAT, "%s: n_layer %g, the model has %d MoE layers", name,
+                             nl->valuedouble, m->n_moe_layer);
+    if (cJSON_IsNumber(ne) && ne->valuedouble != m->n_expert)
+        return tdm_error_set(err, TDM_ERR_FORMAT, "%s: n_expert %g, the model has %d", name,
+                             ne->valuedouble, m->n_expert);
+    return TDM_OK;
+}
+
+/* Adds the points of arr (doc: the enclosing object, or NULL) whose policy is
+ * *chosen (the first one seen when chosen is empty). *idx numbers points for messages. */
+static tdm_status add_points(const cJSON *arr, const cJSON *doc, const char *name, char *chosen,
+                             size_t cap, const tdm_proj_model *m, tdm_proj_hitcurve *h, int *idx,
+                             tdm_error *err)
+{
+    tdm_status st = doc ? check_shape(doc, name, m, err) : TDM_OK;
     const cJSON *o;
     cJSON_ArrayForEach(o, arr) {
+        if (st)
+            break;
+        int i = (*idx)++;
         const cJSON *pol = cJSON_GetObjectItemCaseSensitive(o, "policy");
         if (cJSON_IsString(pol)) {
             if (!chosen[0])
-                snprintf(chosen, sizeof chosen, "%s", pol->valuestring);
-            if (strcmp(chosen, pol->valuestring) != 0) {
-                i++;
+                snprintf(chosen, cap, "%s", pol->valuestring);
+            if (strcmp(chosen, pol->valuestring) != 0)
                 continue;
-            }
         }
         const cJSON *hv = cJSON_GetObjectItemCaseSensitive(o, "hit_rate");
         if (!hv)
             hv = cJSON_GetObjectItemCaseSensitive(o, "hit");
         double f;
-        if (!cJSON_IsObject(o) || !cJSON_IsNumber(hv) || !point_fraction(o, m, &f))
+        if (!cJSON_IsObject(o) || !cJSON_IsNumber(hv) || !point_fraction(o, doc, m, &f))
             return tdm_error_set(err, TDM_ERR_FORMAT, "%s: point %d lacks a number \"hit_rate\" and a "
                                  "size (fraction, slots_per_layer or slots)", name, i);
-        tdm_status st = table_add(h, f, hv->valuedouble, name, err);
-        if (st)
-            return st;
-        i++;
+        st = table_add(h, f, hv->valuedouble, name, err);
     }
+    return st;
+}
+
+static tdm_status finish_points(const char *name, const char *chosen, tdm_proj_hitcurve *h,
+                                tdm_error *err)
+{
     if (h->n == 0 && chosen[0])
         return tdm_error_set(err, TDM_ERR_INVALID, "%s: no points for policy '%s'", name, chosen);
     snprintf(h->source, sizeof h->source, "%s%s%s", name, chosen[0] ? " policy " : "", chosen);
     return table_finish(h, name, err);
+}
+
+static const cJSON *points_array(const cJSON *doc)
+{
+    static const char *const keys[] = {"points", "curve", "results"};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, keys[i]);
+        if (cJSON_IsArray(a))
+            return a;
+    }
+    return NULL;
+}
+
+/* A table document, a bare array of points, or an array of cachesim runs
+ * (`tandem cachesim --json` at several --slots, e.g. collected with jq -s). */
+static tdm_status curve_from_table(const cJSON *root, const char *name, const char *policy,
+                                   const tdm_proj_model *m, tdm_proj_hitcurve *h, tdm_error *err)
+{
+    char chosen[64] = "";
+    if (policy)
+        snprintf(chosen, sizeof chosen, "%s", policy);
+    int idx = 0;
+    tdm_status st = TDM_OK;
+    const cJSON *first = cJSON_IsArray(root) ? cJSON_GetArrayItem(root, 0) : NULL;
+    if (first && points_array(first)) {
+        const cJSON *doc;
+        cJSON_ArrayForEach(doc, root) {
+            const cJSON *arr = points_array(doc);
+            if (!arr)
+                return tdm_error_set(err, TDM_ERR_FORMAT, "%s: run %d has no \"results\"", name, idx);
+            if ((st = add_points(arr, doc, name, chosen, sizeof chosen, m, h, &idx, err)))
+                return st;
+        }
+    } else {
+        const cJSON *arr = cJSON_IsArray(root) ? root : points_array(root);
+        if (!arr)
+            return tdm_error_set(err, TDM_ERR_FORMAT, "%s: no \"points\", \"curve\" or \"results\" "
+                                 "array and not a tandem-expert-profile", name);
+        st = add_points(arr, arr == root ? NULL : root, name, chosen, sizeof chosen, m, h, &idx, err);
+    }
+    return st ? st : finish_points(name, chosen, h, err);
 }
 
 static tdm_status curve_from_json(const char *text, const char *name, const char *policy,
@@ -218,15 +280,7 @@ static tdm_status curve_from_json(const char *text, const char *name, const char
         st = curve_from_profile(root, name, m, h, err);
         snprintf(h->source, sizeof h->source, "%s (static cache of the hottest experts)", name);
     } else {
-        static const char *const keys[] = {"points", "curve", "results"};
-        const cJSON *arr = cJSON_IsArray(root) ? root : NULL;
-        for (int i = 0; !arr && i < 3; i++) {
-            arr = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
-            arr = cJSON_IsArray(arr) ? arr : NULL;
-        }
-        st = arr ? curve_from_points(arr, name, policy, m, h, err)
-                 : tdm_error_set(err, TDM_ERR_FORMAT, "%s: no \"points\", \"curve\" or \"results\" "
-                                 "array and not a tandem-expert-profile", name);
+        st = curve_from_table(root, name, policy, m, h, err);
     }
     cJSON_Delete(root);
     return st;
@@ -283,7 +337,7 @@ static tdm_status curve_from_csv(const char *text, const char *name, const char 
             cJSON_AddItemToArray(arr, o);
     }
     if (!st)
-        st = curve_from_points(arr, name, policy, m, h, err);
+        st = curve_from_table(arr, name, policy, m, h, err);
     cJSON_Delete(arr);
     return st;
 }

@@ -336,6 +336,26 @@ static void test_curve_files(void **state)
     assert_float_equal(tdm_proj_hit_rate(&h, 1 / 8.0), 6 / 16.0, 1e-12);
     assert_float_equal(tdm_proj_hit_rate(&h, 3 / 8.0), 14 / 16.0, 1e-12);
     assert_float_equal(tdm_proj_hit_rate(&h, 4 / 8.0), 1, 1e-12);
+    /* `tandem cachesim --json` runs: one run is one point (size from its "slots"),
+     * an array of runs (jq -s) is a curve */
+    const char *sim1 = "{\"n_layer\": 2, \"n_expert\": 4, \"k\": 2, \"slots\": 2, \"results\": ["
+                       "{\"policy\": \"adaptive\", \"hit_rate\": 0.5, \"loads\": 3},"
+                       "{\"policy\": \"lru\", \"hit_rate\": 0.4}]}";
+    assert_int_equal(tdm_proj_hitcurve_parse(sim1, "sim.json", "lru", &m, &h, &err), TDM_OK);
+    assert_int_equal(h.n, 1);
+    assert_float_equal(tdm_proj_hit_rate(&h, 0.25), 0.4, 1e-12);
+    const char *sims = "[{\"n_layer\": 2, \"n_expert\": 4, \"slots\": 2, \"results\": ["
+                       "{\"policy\": \"adaptive\", \"hit_rate\": 0.5}]},"
+                       "{\"n_layer\": 2, \"n_expert\": 4, \"slots\": 6, \"results\": ["
+                       "{\"policy\": \"adaptive\", \"hit_rate\": 0.9}]}]";
+    assert_int_equal(tdm_proj_hitcurve_parse(sims, "sims.json", NULL, &m, &h, &err), TDM_OK);
+    assert_int_equal(h.n, 2);
+    assert_float_equal(tdm_proj_hit_rate(&h, 0.5), 0.7, 1e-12); /* between 0.25 and 0.75 */
+    assert_non_null(strstr(h.source, "adaptive"));
+    const char *other = "{\"n_layer\": 48, \"n_expert\": 4, \"slots\": 2, \"results\": ["
+                        "{\"policy\": \"lru\", \"hit_rate\": 0.4}]}";
+    assert_int_equal(tdm_proj_hitcurve_parse(other, "o.json", NULL, &m, &h, &err), TDM_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "n_layer 48"));
     /* refusals */
     static const struct { const char *text; tdm_status st; const char *needle; } bad[] = {
         {"{\"points\": [{\"fraction\": 0.5, \"hit_rate\": 1.5}]}", TDM_ERR_FORMAT, "1.5"},
