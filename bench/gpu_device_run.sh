@@ -2,7 +2,7 @@
 # One device-machine session for the GPU work: unpack the -dev packages,
 # build (whole tree with -k, then the GPU targets strictly), run the GPU
 # tests, compute-sanitizer, the kernel benchmark and (optionally) tools/synth.
-# Logs go to $OUT. Usage: bench/gpu_device_run.sh [tests] [san] [bench] [synth]
+# Logs go to $OUT. Usage: bench/gpu_device_run.sh [tests] [san] [bench] [tune] [synth]
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/deps
@@ -31,6 +31,10 @@ for stage in "$@"; do
     bench)
         timeout 200 build/dev/bench/gpu_kernels --out "$OUT/gpu_kernels.json" >"$OUT/bench.log" 2>&1
         echo "bench rc=$?"; tail -n 120 "$OUT/bench.log" ;;
+    tune)
+        timeout 200 build/dev/bench/gpu_kernels --tunings --formats Q4_K,Q6_K,BF16 \
+            --out "$OUT/gpu_kernels_tunings.json" >"$OUT/tune.log" 2>&1
+        echo "tune rc=$?"; grep -E "wpr|rows|MoE|copy" "$OUT/tune.log" | head -80 ;;
     synth)
         timeout 300 bash bench/gpu_synth_check.sh >"$OUT/synth.log" 2>&1
         echo "synth rc=$?"; tail -30 "$OUT/synth.log" ;;

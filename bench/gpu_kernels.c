@@ -179,13 +179,17 @@ int main(int argc, char **argv)
         const tdm_qtype_info *qi = tdm_qtype_get(t);
         fill_pool((tdm_qtype)t, pool, pool_bytes / qi->type_size * qi->type_size, 1234 + t);
         for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++) {
-            for (int v = 0; v < (tunings ? 4 : 1); v++)
-            for (int ntok = 1; ntok <= 8; ntok += 7) {
-                static const int wprs[4] = {0, 1, 2, 4};
-                tdm_gpu_tuning tu = {wprs[v], 0};
-                CHECK(tdm_gpu_set_tuning(g, &tu, &err));
-                if (v > 0 && ntok > 1)
-                    continue;
+            static const struct { const char *label; tdm_gpu_tuning tu; int ntok; } vars[] = {
+                {"", {0}, 1},
+                {"", {0}, 8},
+                {"wpr=1", {.matvec_wpr = 1}, 1},
+                {"wpr=2", {.matvec_wpr = 2}, 1},
+                {"wpr=4", {.matvec_wpr = 4}, 1},
+                {"rows=1", {.matvec_rows = 1}, 8},
+            };
+            for (int v = 0; v < (tunings ? 6 : 2); v++) {
+                int ntok = vars[v].ntok;
+                CHECK(tdm_gpu_set_tuning(g, &vars[v].tu, &err));
                 mv_ctx m = {(tdm_qtype)t, pool, tdm_qtype_row_bytes((tdm_qtype)t, k_shapes[s].k) * k_shapes[s].rows,
                             0, k_shapes[s].rows, k_shapes[s].k, x, y, ntok};
                 m.n_mats = (int64_t)(pool_bytes / m.mat_bytes);
@@ -194,16 +198,17 @@ int main(int argc, char **argv)
                 int it = m.mat_bytes > (64u << 20) ? 10 : iters;
                 float ms = time_median(mv_fn, &m, it, 5);
                 double gbs = m.mat_bytes / (ms * 1e-3) / 1e9;
-                tl += snprintf(table + tl, sizeof table - tl, "%-8s %-26s %5d %10.2f %9.0f %6.0f%%%s\n",
+                tl += snprintf(table + tl, sizeof table - tl, "%-8s %-26s %5d %10.2f %9.0f %6.0f%%  %s\n",
                                name, k_shapes[s].name, ntok, ms * 1e3, gbs, 100 * gbs / copy_gbs,
-                               v == 0 ? "" : v == 1 ? "  wpr=1" : v == 2 ? "  wpr=2" : "  wpr=4");
+                               vars[v].label);
                 cJSON *r = cJSON_CreateObject();
                 cJSON_AddStringToObject(r, "format", name);
                 cJSON_AddStringToObject(r, "shape", k_shapes[s].name);
                 cJSON_AddNumberToObject(r, "rows", (double)m.rows);
                 cJSON_AddNumberToObject(r, "k", (double)m.k);
                 cJSON_AddNumberToObject(r, "ntok", ntok);
-                cJSON_AddNumberToObject(r, "matvec_wpr", wprs[v]);
+                cJSON_AddNumberToObject(r, "matvec_wpr", vars[v].tu.matvec_wpr);
+                cJSON_AddNumberToObject(r, "matvec_rows", vars[v].tu.matvec_rows);
                 cJSON_AddNumberToObject(r, "us", ms * 1e3);
                 cJSON_AddNumberToObject(r, "gbs", gbs);
                 cJSON_AddNumberToObject(r, "frac_of_copy", gbs / copy_gbs);
@@ -211,7 +216,7 @@ int main(int argc, char **argv)
             }
         }
     }
-    tdm_gpu_tuning tu0 = {0, 0};
+    tdm_gpu_tuning tu0 = {0};
     CHECK(tdm_gpu_set_tuning(g, &tu0, &err));
     cJSON_AddItemToObject(root, "matvec", rows);
 
@@ -257,7 +262,7 @@ int main(int argc, char **argv)
                      (int)k, (int)n_sets};
         cJSON *mj = cJSON_CreateArray();
         for (int split = 1; split <= 4; split += 3) {
-            tdm_gpu_tuning tu = {0, split};
+            tdm_gpu_tuning tu = {.moe_split = split};
             CHECK(tdm_gpu_set_tuning(g, &tu, &err));
             float ms = time_median(moe_fn, &m, iters, 5);
             double bytes = (double)(k + 1) * slot, gbs = bytes / (ms * 1e-3) / 1e9;

@@ -91,7 +91,8 @@ tdm_status tdm_gpu_elapsed_ms(tdm_gpu *g, int from, int to, float *ms, tdm_error
 /* Launch-shape choices (performance only: every choice computes the same
  * values and the tests run all of them). 0 = the built-in choice. */
 typedef struct tdm_gpu_tuning {
-    int matvec_wpr; /* warps sharing one matvec row: 1, 2 or 4 */
+    int matvec_wpr;  /* warps sharing one matvec row: 1, 2 or 4 */
+    int matvec_rows; /* rows per warp for 3-8 tokens: 1 or 2 */
     int moe_split;  /* fused MoE: warps sharing one row (gate_up) / one row's
                        experts (down): 1 or 4 */
 } tdm_gpu_tuning;

@@ -269,6 +269,8 @@ extern "C" tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, td
     TDM_REQUIRE(err, t, "gpu tuning: NULL");
     TDM_REQUIRE(err, t->matvec_wpr == 0 || t->matvec_wpr == 1 || t->matvec_wpr == 2 || t->matvec_wpr == 4,
                 "gpu tuning: matvec_wpr %d not in {0, 1, 2, 4}", t->matvec_wpr);
+    TDM_REQUIRE(err, t->matvec_rows >= 0 && t->matvec_rows <= 2, "gpu tuning: matvec_rows %d not in {0, 1, 2}",
+                t->matvec_rows);
     TDM_REQUIRE(err, t->moe_split == 0 || t->moe_split == 1 || t->moe_split == 4,
                 "gpu tuning: moe_split %d not in {0, 1, 4}", t->moe_split);
     g->tune = *t;

@@ -19,70 +19,86 @@ extern "C" bool tdm_gpu_type_supported(tdm_qtype t)
     return tdm_gpu_qt_geometry(t, &blk, &bytes);
 }
 
-/* A block of MV_WARPS warps computes MV_WARPS / wpr rows; the wpr warps of
- * a row split its units (so short and few rows still fill the GPU) and meet
- * in shared memory. */
-template <int T, int NT>
+/* A block of MV_WARPS warps computes (MV_WARPS / wpr) * R rows: the wpr
+ * warps of a row group split its units (so short and few rows still fill the
+ * GPU) and meet in shared memory; each warp carries R rows so that one
+ * activation load serves R rows (what limits 3-8 tokens). */
+template <int T, int NT, int R>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_kernel(const uint8_t *__restrict__ w, int64_t row_bytes, int64_t rows, int units,
                   const float *__restrict__ x, int ntok, float *__restrict__ y, int accumulate,
                   int wpr)
 {
-    __shared__ float red[NT][MV_WARPS];
+    __shared__ float red[R][NT][MV_WARPS];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % wpr;
-    int64_t row = (int64_t)blockIdx.x * (MV_WARPS / wpr) + warp / wpr;
-    float acc[NT];
+    int64_t row0 = ((int64_t)blockIdx.x * (MV_WARPS / wpr) + warp / wpr) * R;
+    int nrows = rows - row0 < R ? (int)(rows - row0) : R;
+    float acc[R][NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++)
-        acc[t] = 0.0f;
-    if (row < rows)
-        tdm_row_dot_part<T, NT>(w + row * row_bytes, units, x, 8 * (int64_t)units, ntok,
-                                sub * 32 + lane, 32 * wpr, acc);
+    for (int r = 0; r < R; r++)
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        acc[t] = tdm_warp_sum(acc[t]);
-        if (lane == 0)
-            red[t][warp] = acc[t];
-    }
-    __syncthreads();
-    if (lane == 0 && sub == 0 && row < rows) {
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = 0.0f;
+    if (nrows > 0)
+        tdm_rows_dot_part<T, NT, R>(w + row0 * row_bytes, row_bytes, nrows, units, x,
+                                    8 * (int64_t)units, ntok, sub * 32 + lane, 32 * wpr, acc);
+#pragma unroll
+    for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            if (t < ntok) {
-                float s = 0.0f;
-                for (int i = 0; i < wpr; i++)
-                    s += red[t][warp + i];
-                float *dst = y + t * rows + row;
-                *dst = accumulate ? *dst + s : s;
+            float s = tdm_warp_sum(acc[r][t]);
+            if (lane == 0)
+                red[r][t][warp] = s;
+        }
+    __syncthreads();
+    if (lane == 0 && sub == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < ntok && r < nrows) {
+                    float s = 0.0f;
+                    for (int i = 0; i < wpr; i++)
+                        s += red[r][t][warp + i];
+                    float *dst = y + t * rows + row0 + r;
+                    *dst = accumulate ? *dst + s : s;
+                }
             }
         }
     }
 }
 
-/* Warps per row: split long rows while the matrix has too few rows to give
- * every SM plenty of warps; each lane keeps at least 2 units. */
-static int auto_wpr(int64_t rows, int units, int sm_count)
+/* Warps per row: split long rows while the matrix has too few row groups to
+ * give every SM plenty of warps; each lane keeps at least 2 units. */
+static int auto_wpr(int64_t groups, int units, int sm_count)
 {
     int64_t want = (int64_t)sm_count * 48; /* warps in flight that hide the latency */
     int wpr = 1;
-    while (wpr < 4 && rows * wpr < want && units >= 2 * 32 * (2 * wpr))
+    while (wpr < 4 && groups * wpr < want && units >= 2 * 32 * (2 * wpr))
         wpr *= 2;
     return wpr;
 }
 
+#define MV_LAUNCH(NT, R)                                                                        \
+    matvec_kernel<T, NT, R><<<tdm_cdiv(rows, (MV_WARPS / wpr) * R), MV_WARPS * 32, 0, st>>>(    \
+        w, row_bytes, rows, units, x, ntok, y, acc, wpr)
+
 template <int T>
 static void launch_matvec(cudaStream_t st, const uint8_t *w, int64_t row_bytes, int64_t rows,
-                          int units, const float *x, int ntok, float *y, int acc, int wpr)
+                          int units, const float *x, int ntok, float *y, int acc, int wpr, int rpw)
 {
-    unsigned grid = tdm_cdiv(rows, MV_WARPS / wpr);
     if (ntok == 1)
-        matvec_kernel<T, 1><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc, wpr);
+        MV_LAUNCH(1, 1);
     else if (ntok == 2)
-        matvec_kernel<T, 2><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc, wpr);
+        MV_LAUNCH(2, 1);
+    else if (ntok <= 4 && rpw == 1)
+        MV_LAUNCH(4, 1);
     else if (ntok <= 4)
-        matvec_kernel<T, 4><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc, wpr);
+        MV_LAUNCH(4, 2);
+    else if (rpw == 1)
+        MV_LAUNCH(8, 1);
     else
-        matvec_kernel<T, 8><<<grid, MV_WARPS * 32, 0, st>>>(w, row_bytes, rows, units, x, ntok, y, acc, wpr);
+        MV_LAUNCH(8, 2);
 }
 
 /* Shared argument checks of the weight-reading entry points. */
@@ -120,9 +136,12 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu matvec: x must be 16-byte aligned");
     const uint8_t *wb = (const uint8_t *)w;
     int units = (int)(k / 8);
-    int wpr = g->tune.matvec_wpr ? g->tune.matvec_wpr : auto_wpr(rows, units, g->sm_count);
+    /* 2 rows per warp from 3 tokens on (1 or 2 tokens: always 1) */
+    int rpw = ntok <= 2 ? 1 : g->tune.matvec_rows ? g->tune.matvec_rows : 2;
+    int wpr = g->tune.matvec_wpr ? g->tune.matvec_wpr
+                                 : auto_wpr((rows + rpw - 1) / rpw, units, g->sm_count);
     TDM_QT_DISPATCH(wt, (launch_matvec<QTYPE>(g->stream, wb, row_bytes, rows, units, x, ntok, y,
-                                              accumulate ? 1 : 0, wpr)));
+                                              accumulate ? 1 : 0, wpr, rpw)));
     TDM_LAUNCHED(err, "matvec_kernel");
     return TDM_OK;
 }

@@ -320,28 +320,51 @@ template <int T> TDM_HD void tdm_dq_unit(const uint8_t *row, int u, float *y)
     default: break;                                                                    \
     }
 
-/* Partial dot products of one weight row (units first, first + stride, ...)
- * with NT activation rows x + t * xs; the caller reduces the partials.
- * Unrolled by two so two units' loads are in flight at once. */
-template <int T, int NT>
-__device__ __forceinline__ void tdm_row_dot_part(const uint8_t *row, int units, const float *x,
-                                                 int64_t xs, int ntok, int first, int stride,
-                                                 float *acc)
+/* Partial dot products of R consecutive weight rows (row, row + row_bytes,
+ * ...; only the first nrows are real) over units first, first + stride, ...
+ * with NT activation rows x + t * xs; the caller reduces the partials. Each
+ * activation load serves R rows. Unrolled by two so two units' loads are in
+ * flight at once. */
+template <int T, int NT, int R>
+__device__ __forceinline__ void tdm_rows_dot_part(const uint8_t *row, int64_t row_bytes, int nrows,
+                                                  int units, const float *x, int64_t xs, int ntok,
+                                                  int first, int stride, float (*acc)[NT])
 {
 #pragma unroll 2
     for (int u = first; u < units; u += stride) {
-        float q[8];
-        tdm_dq_unit<T>(row, u, q);
+        float q[R][8];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r < nrows) {
+                tdm_dq_unit<T>(row + r * row_bytes, u, q[r]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    q[r][i] = 0.0f;
+            }
+        }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t < ntok) {
                 const float4 *xp = (const float4 *)(x + t * xs + 8 * (int64_t)u);
                 float4 a = __ldg(xp), c = __ldg(xp + 1);
-                acc[t] += q[0] * a.x + q[1] * a.y + q[2] * a.z + q[3] * a.w + q[4] * c.x +
-                          q[5] * c.y + q[6] * c.z + q[7] * c.w;
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    acc[r][t] += q[r][0] * a.x + q[r][1] * a.y + q[r][2] * a.z + q[r][3] * a.w +
+                                 q[r][4] * c.x + q[r][5] * c.y + q[r][6] * c.z + q[r][7] * c.w;
             }
         }
     }
+}
+
+/* One row (R = 1). */
+template <int T, int NT>
+__device__ __forceinline__ void tdm_row_dot_part(const uint8_t *row, int units, const float *x,
+                                                 int64_t xs, int ntok, int first, int stride,
+                                                 float *acc)
+{
+    tdm_rows_dot_part<T, NT, 1>(row, 0, 1, units, x, xs, ntok, first, stride,
+                                (float(*)[NT])acc);
 }
 
 /* The same for a weight type known only at run time (warp-uniform switch);

@@ -75,12 +75,12 @@ static void run_moe(const moe_case *c)
 {
     static const int splits[] = {1, 4};
     for (int i = 0; i < 2; i++) {
-        tdm_gpu_tuning tu = {0, splits[i]};
+        tdm_gpu_tuning tu = {.moe_split = splits[i]};
         GPU_OK(tdm_gpu_set_tuning(g_gpu, &tu, ERR));
         printf("  moe_split %d\n", splits[i]);
         run_moe_split(c);
     }
-    tdm_gpu_tuning tu = {0, 0};
+    tdm_gpu_tuning tu = {0};
     GPU_OK(tdm_gpu_set_tuning(g_gpu, &tu, ERR));
 }
 

@@ -136,22 +136,27 @@ static void test_matvec_tunings(void **state)
     (void)state;
     static const int wprs[] = {1, 2, 4};
     for (size_t i = 0; i < 3; i++) {
-        tdm_gpu_tuning tu = {wprs[i], 0};
-        GPU_OK(tdm_gpu_set_tuning(g_gpu, &tu, ERR));
-        printf("  matvec_wpr %d\n", wprs[i]);
-        for (size_t ti = 0; ti < N_GPU_TYPES; ti++) {
-            tdm_qtype t = k_gpu_types[ti];
-            int64_t blk = tdm_qtype_get(t)->block < 8 ? 8 : tdm_qtype_get(t)->block;
-            run_matvec(t, 13, blk * 5, 1 + (int)(ti % 8), ti % 2 == 0);
+        for (int rpw = 1; rpw <= 2; rpw++) {
+            tdm_gpu_tuning tu = {.matvec_wpr = wprs[i], .matvec_rows = rpw};
+            GPU_OK(tdm_gpu_set_tuning(g_gpu, &tu, ERR));
+            printf("  matvec_wpr %d matvec_rows %d\n", wprs[i], rpw);
+            for (size_t ti = 0; ti < N_GPU_TYPES; ti++) {
+                tdm_qtype t = k_gpu_types[ti];
+                int64_t blk = tdm_qtype_get(t)->block < 8 ? 8 : tdm_qtype_get(t)->block;
+                /* odd row counts leave a half-filled row pair */
+                run_matvec(t, 13, blk * 5, 3 + (int)(ti % 6), ti % 2 == 0);
+            }
+            run_matvec(TDM_Q_Q4_K, 512, 2048, 1, false);
+            run_matvec(TDM_Q_Q6_K, 2047, 4096, 8, false);
+            run_matvec(TDM_Q_Q5_K, 511, 2048, 4, true);
         }
-        run_matvec(TDM_Q_Q4_K, 512, 2048, 1, false);
-        run_matvec(TDM_Q_Q6_K, 2048, 4096, 3, false);
     }
-    tdm_gpu_tuning tu = {0, 0};
+    tdm_gpu_tuning tu = {0};
     GPU_OK(tdm_gpu_set_tuning(g_gpu, &tu, ERR));
     tdm_error e = {0};
     tu.matvec_wpr = 3;
     assert_int_equal(tdm_gpu_set_tuning(g_gpu, &tu, &e), TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
 }
 
 static void test_dequant_f16(void **state)
