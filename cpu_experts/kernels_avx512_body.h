@@ -189,28 +189,24 @@ DOT32_512(dot_mxfp4, MXFP4, w_mxfp4, s_mxfp4)
 
 /* ---- K-quants against Q8_K ---------------------------------------------- */
 
-/* Q4_K / Q5_K: register j holds sub-blocks 2j (low half) and 2j+1 (high half),
- * i.e. 64 consecutive elements. */
+/* Q4_K / Q5_K: register j holds sub-blocks 2j (low nibbles of qs[32j..],
+ * low half) and 2j+1 (high nibbles of the same bytes, high half), i.e. 64
+ * consecutive elements: a 256-bit broadcast load (no shuffle port) shifted by
+ * 0 / 4 per half. */
 INLINE __m512i q45k_block512(const uint8_t *x, const uint8_t *qs, const uint8_t *qh, const uint8_t *y,
                              __m256i *mins_lanes)
 {
     __m512i scv = _mm512_castsi256_si512(q4k_scales16(x, y, mins_lanes));
-    const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+    const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1), nib = halves16(0, 4);
     /* two accumulators: with VNNI every dpwssd waits for the previous one */
     __m512i hb = qh ? bcast256(qh) : low4, isum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-#pragma GCC unroll 2
-    for (int p2 = 0; p2 < 2; p2++) {
-        __m512i q = load512(qs + 64 * p2);
-        __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
-        __m512i v[2] = {_mm512_shuffle_i64x2(lo, hi, 0x44), _mm512_shuffle_i64x2(lo, hi, 0xEE)};
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            int j = 2 * p2 + h;
-            __m512i kk = halves16(2 * j, 2 * j + 1);
-            if (qh)
-                v[h] = _mm512_or_si512(v[h], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, kk), one), 4));
-            isum[h] = dot_us_scaled(isum[h], v[h], load512(y + Q8K_QS + 64 * j), _mm512_permutexvar_epi16(kk, scv));
-        }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m512i kk = halves16(2 * j, 2 * j + 1);
+        __m512i v = _mm512_and_si512(_mm512_srlv_epi16(bcast256(qs + 32 * j), nib), low4);
+        if (qh)
+            v = _mm512_or_si512(v, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, kk), one), 4));
+        isum[j & 1] = dot_us_scaled(isum[j & 1], v, load512(y + Q8K_QS + 64 * j), _mm512_permutexvar_epi16(kk, scv));
     }
     return _mm512_add_epi32(isum[0], isum[1]);
 }
