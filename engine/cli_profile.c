@@ -370,7 +370,8 @@ static int profile_merge(int argc, char **argv)
     }
     tdm_gguf_free(g);
     tdm_profile *acc = NULL;
-    int rc = 0;
+    char *srcs[64];
+    int rc = 0, n_src = 0;
     for (int i = 0; i < n_in && !rc; i++) {
         tdm_profile *p = NULL;
         const tdm_model_id *expect = model ? &want : acc ? tdm_profile_id(acc) : NULL;
@@ -378,15 +379,22 @@ static int profile_merge(int argc, char **argv)
             fprintf(stderr, "tandem profile merge: %s\n", err.msg);
             rc = 1;
         }
+        if (!rc && (srcs[n_src] = strdup(tdm_profile_source(p)[0] ? tdm_profile_source(p) : in[i])))
+            n_src++;
         if (!acc) {
             acc = p;
             p = NULL;
         }
         tdm_profile_free(p);
     }
-    char source[512];
-    snprintf(source, sizeof source, "merge of %d profiles: %s%s", n_in,
-             acc ? tdm_profile_source(acc) : "", n_in > 1 ? ", ..." : "");
+    /* the merged profile's source lists the inputs' sources */
+    char source[1024];
+    int used = snprintf(source, sizeof source, "merge of %d profiles:", n_in);
+    for (int i = 0; i < n_src && used < (int)sizeof source; i++)
+        used += snprintf(source + used, sizeof source - (size_t)used, "%s %s", i ? " +" : "",
+                         srcs[i]);
+    for (int i = 0; i < n_src; i++)
+        free(srcs[i]);
     if (!rc && (tdm_profile_set_source(acc, source, &err) || tdm_profile_write(acc, out, &err))) {
         fprintf(stderr, "tandem profile merge: %s\n", err.msg);
         rc = 1;

@@ -613,9 +613,12 @@ tdm_status tdm_profile_parse(const char *json, size_t len, const tdm_model_id *e
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, false);
     if (!root) {
-        size_t at = end && end >= json ? (size_t)(end - json) : 0;
+        size_t at = end && end >= json ? (size_t)(end - json) : 0, last = len;
+        while (last > 0 && strchr(" \t\r\n", json[last - 1]))
+            last--;
+        bool cut = at + 1 >= len || last == 0 || json[last - 1] != '}';
         return tdm_error_set(err, TDM_ERR_FORMAT, "profile: invalid JSON near byte %zu%s", at,
-                             at + 1 >= len ? " (truncated?)" : "");
+                             cut ? " (truncated?)" : "");
     }
     tdm_status st = from_json(root, expect, out, err);
     cJSON_Delete(root);
