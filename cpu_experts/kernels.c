@@ -235,18 +235,18 @@ float tdm_vec_dot(tdm_qtype wt, int64_t n, const void *w, const void *xq)
     return dot_for("tdm_vec_dot", wt)(n, w, xq);
 }
 
-/* Software prefetch of the row PREFETCH_ROWS ahead while this one is
- * computed: the kernels need a good part of a core's time per byte, so the
- * DRAM latency must be hidden ahead of the hardware streamer. */
+/* Software prefetch PREFETCH_BYTES ahead of the row being computed (whole
+ * rows, at least one): the kernels need a good part of a core's time per
+ * byte, so the DRAM latency must be hidden ahead of the hardware streamer. */
 #ifndef TDM_NO_PREFETCH
-#define PREFETCH_ROWS 4
+#define PREFETCH_BYTES 4096
 static inline void prefetch_row(const uint8_t *p, size_t bytes)
 {
     for (size_t o = 0; o < bytes; o += 64)
         __builtin_prefetch(p + o, 0, 3);
 }
 #else
-#define PREFETCH_ROWS 0
+#define PREFETCH_BYTES 0
 static inline void prefetch_row(const uint8_t *p, size_t bytes)
 {
     (void)p, (void)bytes;
@@ -267,6 +267,9 @@ void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, in
         tile = 1;
     if (ntok == 1)
         tile = r1 - r0;
+    int64_t pf_rows = row_bytes ? (int64_t)((PREFETCH_BYTES + row_bytes - 1) / row_bytes) : 1;
+    if (pf_rows < 1)
+        pf_rows = 1;
     const uint8_t *wb = w, *xb = xq;
     for (int64_t rt = r0; rt < r1; rt += tile) {
         int64_t re = rt + tile < r1 ? rt + tile : r1;
@@ -276,7 +279,7 @@ void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, in
             int64_t r = rt;
             if (dot4) {
                 for (; r + 4 <= re; r += 4) {
-                    for (int64_t p = r + PREFETCH_ROWS; t == 0 && p < r + PREFETCH_ROWS + 4 && p < r1; p++)
+                    for (int64_t p = r + pf_rows; t == 0 && p < r + pf_rows + 4 && p < r1; p++)
                         prefetch_row(wb + (size_t)p * w_stride, row_bytes);
                     float out[4];
                     dot4(n, wb + (size_t)r * w_stride, w_stride, xt, out);
@@ -284,8 +287,8 @@ void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, in
                 }
             }
             for (; r < re; r++) {
-                if (t == 0 && r + PREFETCH_ROWS < r1)
-                    prefetch_row(wb + (size_t)(r + PREFETCH_ROWS) * w_stride, row_bytes);
+                if (t == 0 && r + pf_rows < r1)
+                    prefetch_row(wb + (size_t)(r + pf_rows) * w_stride, row_bytes);
                 yt[r] = dot(n, wb + (size_t)r * w_stride, xt);
             }
         }

@@ -7,6 +7,7 @@
  * maddubs+madd), so the two variants return identical floats. Activation
  * quantisation is not defined here: the dispatcher takes the AVX2 one (same
  * bytes, and not on the bandwidth-critical path). Q4_1/Q5_1 fall back to AVX2.
+ * The 32-element block types stay 256 bits wide (VNNI on ymm).
  * Requires TDM_VNNI and TDM_AVX512_TABLE to be defined by the includer.
  */
 #ifndef TDM_VNNI
@@ -30,16 +31,6 @@ INLINE __m512i halves16(int a, int b)
 INLINE __m512i quad16(int g)
 {
     return _mm512_add_epi16(_mm512_loadu_si512(k_quad_ramp), _mm512_set1_epi16((short)g));
-}
-
-INLINE __m512i join256(__m256i lo, __m256i hi)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-INLINE __m512 join_ps(float lo, float hi)
-{
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(lo)), _mm256_set1_ps(hi), 1);
 }
 
 INLINE __m512i load512(const uint8_t *p) { return _mm512_loadu_si512(p); }
@@ -153,39 +144,30 @@ static float dot_f32(int64_t n, const void *w, const void *x) { return dot_float
 static float dot_f16(int64_t n, const void *w, const void *x) { return dot_float512(n, w, x, l16_f16, 2); }
 static float dot_bf16(int64_t n, const void *w, const void *x) { return dot_float512(n, w, x, l16_bf16, 2); }
 
-/* ---- signed 32-element blocks against Q8_0, two blocks per register ----- */
+/* ---- signed 32-element blocks against Q8_0 -------------------------------
+ * 256 bits per block (a block is 32 bytes; pairing blocks in a zmm costs
+ * more lane inserts than it saves), with VNNI's vpdpbusd on ymm where
+ * present; the 1-row and 4-row drivers are kernels_x86.h's. */
 
-INLINE float dot_blocks32_512(int64_t n, const uint8_t *w, int wsize, const uint8_t *y, w32_fn load,
-                              scale32_fn scale)
+INLINE __m256i dot_i8_256(__m256i x, __m256i y)
 {
-    __m512 acc = _mm512_setzero_ps();
-    int64_t nb = n / 32, b = 0;
-    for (; b + 2 <= nb; b += 2, w += 2 * wsize, y += 2 * TDM_ACT_Q8_0) {
-        __m512i xv = join256(load(w), load(w + wsize));
-        __m512i yv = join256(_mm256_loadu_si256((const __m256i *)(y + 2)),
-                             _mm256_loadu_si256((const __m256i *)(y + TDM_ACT_Q8_0 + 2)));
-        __m512i s = dot_us(_mm512_abs_epi8(xv), sign_by(yv, xv));
-        __m512 d = join_ps(scale(w, y), scale(w + wsize, y + TDM_ACT_Q8_0));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
-    }
-    float r = _mm512_reduce_add_ps(acc);
-    if (b < nb) {
-        __m256i p = mul_i8_pairs(load(w), _mm256_loadu_si256((const __m256i *)(y + 2)));
-        r += scale(w, y) * hsum_ps(_mm256_cvtepi32_ps(sum_pairs(p)));
-    }
-    return r;
+#if TDM_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+#else
+    return sum_pairs(mul_i8_pairs(x, y));
+#endif
 }
 
-#define DOT32_512(name, type, load, scale)                                                        \
-    static float name(int64_t n, const void *w, const void *y)                                   \
-    {                                                                                             \
-        return dot_blocks32_512(n, w, TDM_B_##type, y, load, scale);                              \
-    }
-DOT32_512(dot_q4_0, Q4_0, w_q4_0, s_dxdy)
-DOT32_512(dot_q5_0, Q5_0, w_q5_0, s_dxdy)
-DOT32_512(dot_q8_0, Q8_0, w_q8_0, s_dxdy)
-DOT32_512(dot_iq4_nl, IQ4_NL, w_iq4_nl, s_dxdy)
-DOT32_512(dot_mxfp4, MXFP4, w_mxfp4, s_mxfp4)
+STEP32(step_q4_0, w_q4_0, s_dxdy, dot_i8_256)
+STEP32(step_q5_0, w_q5_0, s_dxdy, dot_i8_256)
+STEP32(step_q8_0, w_q8_0, s_dxdy, dot_i8_256)
+STEP32(step_iq4_nl, w_iq4_nl, s_dxdy, dot_i8_256)
+STEP32(step_mxfp4, w_mxfp4, s_mxfp4, dot_i8_256)
+DEFINE_DOTS(dot_q4_0, step_q4_0, TDM_B_Q4_0, 32, TDM_ACT_Q8_0)
+DEFINE_DOTS(dot_q5_0, step_q5_0, TDM_B_Q5_0, 32, TDM_ACT_Q8_0)
+DEFINE_DOTS(dot_q8_0, step_q8_0, TDM_B_Q8_0, 32, TDM_ACT_Q8_0)
+DEFINE_DOTS(dot_iq4_nl, step_iq4_nl, TDM_B_IQ4_NL, 32, TDM_ACT_Q8_0)
+DEFINE_DOTS(dot_mxfp4, step_mxfp4, TDM_B_MXFP4, 32, TDM_ACT_Q8_0)
 
 /* ---- K-quants against Q8_K ---------------------------------------------- */
 
@@ -320,8 +302,8 @@ DEFINE_DOTS512(dot_iq4_xs, step_iq4_xs, TDM_B_IQ4_XS)
 #define DOTS512(T, f) .dot[TDM_Q_##T] = f, .dot4[TDM_Q_##T] = f##_x4
 const tdm_kernel_table TDM_AVX512_TABLE = {
     .dot[TDM_Q_F32] = dot_f32, .dot[TDM_Q_F16] = dot_f16, .dot[TDM_Q_BF16] = dot_bf16,
-    .dot[TDM_Q_Q4_0] = dot_q4_0, .dot[TDM_Q_Q5_0] = dot_q5_0, .dot[TDM_Q_Q8_0] = dot_q8_0,
-    .dot[TDM_Q_IQ4_NL] = dot_iq4_nl, .dot[TDM_Q_MXFP4] = dot_mxfp4,
+    DOTS512(Q4_0, dot_q4_0), DOTS512(Q5_0, dot_q5_0), DOTS512(Q8_0, dot_q8_0),
+    DOTS512(IQ4_NL, dot_iq4_nl), DOTS512(MXFP4, dot_mxfp4),
     DOTS512(Q2_K, dot_q2_k), DOTS512(Q3_K, dot_q3_k), DOTS512(Q4_K, dot_q4_k),
     DOTS512(Q5_K, dot_q5_k), DOTS512(Q6_K, dot_q6_k), DOTS512(IQ4_XS, dot_iq4_xs),
 };

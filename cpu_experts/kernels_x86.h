@@ -174,4 +174,55 @@ INLINE __m256i iq4xs_scales16(const uint8_t *x)
 INLINE __m256i q8k_load(const uint8_t *y, int c) { return _mm256_loadu_si256((const __m256i *)(y + Q8K_QS + 32 * c)); }
 INLINE __m256i q8k_bsums(const uint8_t *y) { return _mm256_loadu_si256((const __m256i *)(y + Q8K_BSUMS)); }
 
+/* ---- row drivers --------------------------------------------------------
+ * Every quantised kernel below is a block step `acc = step(x, y, acc)`; the
+ * drivers run it over one row, or over four rows sharing the activation (the
+ * per-row reduction and call overhead then count once per four rows, which
+ * matters for the 2-3 block rows of down projections). Both reduce with
+ * hsum_ps / hsum4_ps, which add in the same order, so a row gets the same
+ * float from either driver. */
+
+typedef __m256 (*step_fn)(const uint8_t *x, const uint8_t *y, __m256 acc);
+
+INLINE float dot_row(int64_t nb, const uint8_t *w, int bsize, const uint8_t *y, int ysize, step_fn step)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++)
+        acc = step(w + b * bsize, y + b * ysize, acc);
+    return hsum_ps(acc);
+}
+
+INLINE void dot_row4(int64_t nb, const uint8_t *w, size_t stride, int bsize, const uint8_t *y, int ysize,
+                     step_fn step, float *out)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *x = w + b * bsize, *yb = y + b * ysize;
+        a0 = step(x, yb, a0);
+        a1 = step(x + stride, yb, a1);
+        a2 = step(x + 2 * stride, yb, a2);
+        a3 = step(x + 3 * stride, yb, a3);
+    }
+    hsum4_ps(a0, a1, a2, a3, out);
+}
+
+#define DEFINE_DOTS(name, step, bsize, belems, ysize)                                           \
+    static float name(int64_t n, const void *w, const void *y)                                  \
+    {                                                                                            \
+        return dot_row(n / (belems), w, bsize, y, ysize, step);                                  \
+    }                                                                                            \
+    static void name##_x4(int64_t n, const void *w, size_t stride, const void *y, float *out)   \
+    {                                                                                            \
+        dot_row4(n / (belems), w, stride, bsize, y, ysize, step, out);                           \
+    }
+
+/* One signed 32-block (the sign trick) against Q8_0, one float scale per
+ * block; dot(x, y) returns the int32 lanes of 4-product sums. */
+#define STEP32(name, load, scale, dot)                                                            \
+    INLINE __m256 name(const uint8_t *x, const uint8_t *y, __m256 acc)                         \
+    {                                                                                           \
+        __m256i s = dot(load(x), _mm256_loadu_si256((const __m256i *)(y + 2)));                 \
+        return _mm256_fmadd_ps(_mm256_set1_ps(scale(x, y)), _mm256_cvtepi32_ps(s), acc);        \
+    }
+
 #endif
