@@ -130,6 +130,8 @@ async function send(text) {
     chat_template_kwargs: { enable_thinking: $('thinking').checked },
   };
   if (maxTokens > 0) req.max_tokens = maxTokens;
+  const temperature = parseFloat($('temperature').value);
+  if (temperature >= 0 && temperature <= 2) req.temperature = temperature;
   try {
     const r = await fetch('/v1/chat/completions', {
       method: 'POST', headers: headers(true), body: JSON.stringify(req), signal: controller.signal,
@@ -144,6 +146,8 @@ async function send(text) {
       const j = JSON.parse(data);
       if (j.error) throw new Error(j.error.message);
       if (j.usage) usage = j.usage;
+      // the final chunk carries the server's own measurement
+      if (j.tandem) $('stat-tps').textContent = j.tandem.tokens_per_second.toFixed(1);
       const c = j.choices && j.choices[0];
       if (!c) return true;
       const d = c.delta || {};
@@ -159,6 +163,7 @@ async function send(text) {
       }
       if (d.content) {
         answer += d.content;
+        ui.div.dataset.deltas = String(Number(ui.div.dataset.deltas || 0) + 1);
         renderText(ui.answerEl, answer);
         setStatus('answering…');
       }
