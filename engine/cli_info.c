@@ -14,10 +14,13 @@
 
 const char tdm_cli_info_help[] =
     "describe a GGUF file: architecture, hyper-parameters, tensors, expert bytes, completeness\n"
-    "usage: tandem info [MODEL.gguf] [--json]\n"
+    "usage: tandem info [MODEL.gguf] [--json] [--check]\n"
     "  MODEL.gguf   the file (default: the demo model)\n"
     "  --json       machine-readable output (one JSON object)\n"
-    "exit status: 0 complete file, 1 unreadable or incomplete file, 2 usage error\n";
+    "  --check      also read every tensor: values and block scales must be finite\n"
+    "               (llama.cpp --check-tensors); reads the whole file\n"
+    "exit status: 0 complete (and clean) file, 1 unreadable, incomplete or failing\n"
+    "the check, 2 usage error\n";
 
 /* llama_ftype names (../shared/specs/gguf.md §2.1). */
 static const char *ftype_name(uint32_t ft)
@@ -265,7 +268,7 @@ static cJSON *value_json(const tdm_gguf *g, const char *key, tdm_gguf_vtype t)
     return cJSON_CreateNull();
 }
 
-static int print_json(const char *path, const tdm_gguf *g, const summary *s)
+static int print_json(const char *path, const tdm_gguf *g, const summary *s, bool check, int64_t bad)
 {
     cJSON *o = cJSON_CreateObject();
     const char *name = "", *model, *pre;
@@ -327,6 +330,7 @@ static int print_json(const char *path, const tdm_gguf *g, const summary *s)
         cJSON_AddBoolToObject(x, "gate_up_fused", e->gate_up != 0);
         cJSON_AddItemToArray(ly, x);
     }
+    if (check) cJSON_AddNumberToObject(o, "check_failures", (double)bad);
     char *txt = cJSON_Print(o);
     cJSON_Delete(o);
     if (!txt) {
@@ -338,13 +342,29 @@ static int print_json(const char *path, const tdm_gguf *g, const summary *s)
     return 0;
 }
 
+/* Content check of every tensor; failures go to stderr. Returns their count. */
+static int64_t check_data(const tdm_gguf *g)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < tdm_gguf_tensor_count(g); i++) {
+        tdm_error err;
+        if (tdm_gguf_check_tensor_data(tdm_gguf_tensor_at(g, i), &err) != TDM_OK) {
+            fprintf(stderr, "tandem info: %s\n", err.msg);
+            bad++;
+        }
+    }
+    return bad;
+}
+
 int tdm_cli_info(int argc, char **argv)
 {
     const char *path = NULL;
-    bool json = false;
+    bool json = false, check = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) {
             json = true;
+        } else if (!strcmp(argv[i], "--check")) {
+            check = true;
         } else if (argv[i][0] == '-' || path) {
             fprintf(stderr, "tandem info: unexpected argument '%s'\n%s", argv[i], tdm_cli_info_help);
             return 2;
@@ -365,7 +385,11 @@ int tdm_cli_info(int argc, char **argv)
         tdm_gguf_free(g);
         return 1;
     }
-    int rc = json ? print_json(path, g, &s) : (print_text(path, g, &s), 0);
+    int64_t bad = check ? check_data(g) : 0;
+    int rc = json ? print_json(path, g, &s, check, bad) : (print_text(path, g, &s), 0);
+    if (check && !json) printf("content check:     %s (%" PRId64 " of %" PRId64 " tensors fail)\n",
+                               bad ? "FAILED" : "ok", bad, tdm_gguf_tensor_count(g));
+    if (bad) rc = 1;
     if (!tdm_gguf_complete(g)) {
         fprintf(stderr, "tandem info: %s is incomplete: data ends at %" PRIu64 ", file has %" PRIu64 " bytes\n",
                 path, tdm_gguf_data_end(g), tdm_gguf_file_size(g));

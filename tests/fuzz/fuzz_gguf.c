@@ -74,6 +74,7 @@ static void exercise(const tdm_gguf *g, const uint8_t *data, size_t size)
         if (t->offset % tdm_gguf_alignment(g)) abort();
         sink += strlen(t->name);
         if (t->data) touch(t->data, (size_t)t->nbytes);
+        tdm_gguf_check_tensor_data(t, &err);
     }
     tdm_gguf_tensor_at(g, n_t);
     tdm_gguf_find_tensor(g, "token_embd.weight");

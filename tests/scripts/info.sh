@@ -65,6 +65,18 @@ head -c 5000 "$src" >"$tmp/hdr.gguf"
 "$T" info "$tmp/hdr.gguf" >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 1 ] || bad "header-truncated file: exit status $rc"
 grep -q "truncated" "$tmp/err" || bad "header-truncated file: message lacks 'truncated'"
+# --check: the demo's tensors are clean; a NaN written over the last f32 of a
+# micro model (all its tensors are f32 with no padding, so the last 4 bytes are data) is found.
+out=$("$T" info models/demo/demo-Q4_K_M.gguf --check) || bad "demo --check: exit status $?"
+grep -Eq "^content check: +ok \(0 of 169 tensors fail\)" <<<"$out" || bad "demo --check: not reported clean"
+cp "$src" "$tmp/nan.gguf"
+printf '\x00\x00\xc0\x7f' | dd of="$tmp/nan.gguf" bs=1 seek=$((size - 4)) conv=notrunc status=none
+out=$("$T" info "$tmp/nan.gguf" --check 2>"$tmp/err"); rc=$?
+[ $rc -eq 1 ] || bad "NaN file --check: exit status $rc, expected 1"
+grep -Eq "^content check: +FAILED \(1 of 39 tensors fail\)" <<<"$out" || bad "NaN file --check: not reported"
+grep -q "is not finite" "$tmp/err" || bad "NaN file --check: no message naming the element"
+"$T" info "$tmp/nan.gguf" >/dev/null || bad "NaN file without --check: exit status $?"
+
 # Usage errors.
 "$T" info a.gguf b.gguf >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || bad "two files: exit status $rc, expected 2"
