@@ -1,7 +1,7 @@
 /* bench/cpu_decode: prompt and decode tok/s of the CPU-only forward on the demo
  * model and small-qwen35moe Q4_K_M at 1, 2 and all threads. Prints a table and
  * writes bench/results/cpu_decode-<hostname>.json.
- *   build/bench/cpu_decode [--prompt N] [--decode N] [MODEL.gguf ...]
+ *   build/bench/cpu_decode [--prompt N] [--decode N] [--threads N] [MODEL.gguf ...]
  * Effective bandwidth = weight bytes one decoded token reads / time per token. */
 #include <cjson/cJSON.h>
 #include <omp.h>
@@ -97,7 +97,7 @@ static int run(const tdm_model *m, int threads, int n_prompt, int n_decode, resu
 
 int main(int argc, char **argv)
 {
-    int n_prompt = 128, n_decode = 64;
+    int n_prompt = 128, n_decode = 64, only_threads = 0;
     const char *models[8];
     int n_models = 0;
     for (int i = 1; i < argc; i++) {
@@ -105,6 +105,8 @@ int main(int argc, char **argv)
             n_prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--decode") && i + 1 < argc)
             n_decode = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            only_threads = atoi(argv[++i]);
         else if (n_models < 8)
             models[n_models++] = argv[i];
     }
@@ -118,6 +120,8 @@ int main(int argc, char **argv)
     }
     const int all = omp_get_num_procs();
     int counts[3] = {1, 2, all}, n_counts = all > 2 ? 3 : all;
+    if (only_threads > 0)
+        counts[0] = only_threads, n_counts = 1;
     char host[256] = "unknown";
     gethostname(host, sizeof host - 1);
     cJSON *root = cJSON_CreateObject();

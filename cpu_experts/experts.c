@@ -211,7 +211,8 @@ tdm_status tdm_experts_run(const tdm_experts_desc *d, const float *x, int32_t n_
     const size_t rd = tdm_qtype_row_bytes(d->down_type, F);
     sort_selections(d, n_tok, sel, n_sel, s);
     const uint8_t *xs_up = same_act ? s->xs : s->xs2;
-    int nth = omp_get_max_threads();
+    /* a parallel region costs microseconds: tiny calls run on one thread */
+    int nth = (double)n_sel * (double)F * (double)D * 3.0 < 65536.0 ? 1 : omp_get_max_threads();
     int32_t n_items = 0;
 
 #pragma omp parallel num_threads(nth)

@@ -226,6 +226,13 @@ static int nthreads(const tdm_forward *f)
     return n < f->nthr ? n : f->nthr;
 }
 
+/* Threads for a loop of about `work` multiply-adds: tiny loops (decode on
+ * small models) run serially, a parallel region costs microseconds. */
+static int par(const tdm_forward *f, double work)
+{
+    return work < 32768.0 ? 1 : nthreads(f);
+}
+
 /* Declares x [n][cols] as the input of the following matmuls. */
 static void act_set(tdm_forward *f, const float *x, int32_t n, int64_t cols)
 {
@@ -258,7 +265,7 @@ static const void *act_get(tdm_forward *f, tdm_qtype wt, size_t *stride)
     act_slot *a = &f->act[slot];
     const float *x = f->act_src;
     const int64_t cols = f->act_cols;
-#pragma omp parallel for schedule(static) num_threads(nthreads(f))
+#pragma omp parallel for schedule(static) num_threads(par(f, (double)f->act_n * cols * 4))
     for (int32_t t = 0; t < f->act_n; t++)
         tdm_act_quantize(wt, x + (size_t)t * cols, a->buf + (size_t)t * rb, cols);
     a->vdt = vdt;
@@ -271,7 +278,7 @@ static void matmul_e(tdm_forward *f, const tdm_weight *w, int64_t e, float *y, s
 {
     size_t xs;
     const void *xq = act_get(f, w->type, &xs);
-    const int nth = nthreads(f);
+    const int nth = par(f, (double)w->rows * w->cols * f->act_n);
     const int64_t rows = w->rows;
     int64_t rb = (rows + nth * 4 - 1) / (nth * 4);
     if (rb < 4)
@@ -293,7 +300,7 @@ static void matmul(tdm_forward *f, const tdm_weight *w, float *y)
 static void rmsnorm_rows(tdm_forward *f, const float *x, const tdm_weight *w, float *y, int32_t n)
 {
     const int64_t d = f->hp->n_embd;
-#pragma omp parallel for schedule(static) num_threads(nthreads(f))
+#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * d * 2))
     for (int32_t t = 0; t < n; t++)
         tdm_op_rmsnorm(x + (size_t)t * d, (const float *)w->data, y + (size_t)t * d, d, f->hp->norm_eps);
 }
@@ -301,7 +308,7 @@ static void rmsnorm_rows(tdm_forward *f, const float *x, const tdm_weight *w, fl
 static void add_rows(tdm_forward *f, float *x, const float *y, int32_t n)
 {
     const size_t total = (size_t)n * (size_t)f->hp->n_embd;
-#pragma omp parallel for schedule(static) num_threads(nthreads(f))
+#pragma omp parallel for schedule(static) num_threads(par(f, (double)total))
     for (size_t i = 0; i < total; i++)
         x[i] += y[i];
 }
@@ -332,8 +339,7 @@ static void attention_layer(tdm_forward *f, const tdm_layer *L, int32_t n, int32
     matmul(f, &L->wq, Q);
     matmul(f, &L->wk, K);
     matmul(f, &L->wv, V);
-    const int nth = nthreads(f);
-#pragma omp parallel for schedule(static) num_threads(nth)
+#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * (H + Hkv) * hd * 8))
     for (int32_t t = 0; t < n; t++) {
         const int64_t pos = pos0 + t;
         for (int32_t h = 0; h < H; h++) {
@@ -351,7 +357,7 @@ static void attention_layer(tdm_forward *f, const tdm_layer *L, int32_t n, int32
     }
     const float scale = (float)(1.0 / sqrt((double)hd));
     const int32_t group = H / Hkv;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(par(f, (double)n * H * (pos0 + n) * hd * 2))
     for (int64_t th = 0; th < (int64_t)n * H; th++) {
         const int32_t t = (int32_t)(th / H), h = (int32_t)(th % H), g = h / group;
         const float *q = Q + (size_t)t * qo + (size_t)h * qh_stride;
@@ -423,9 +429,8 @@ static void deltanet_layer(tdm_forward *f, const tdm_layer *L, int32_t n)
     }
     deltanet_gates(f, L, n, bsrc, asrc);
     tdm_op_conv_silu(QKV, Y, conv_state, (const float *)L->ssm_conv.data, n, cd, K);
-    const int nth = nthreads(f);
     const float qscale = (float)(1.0 / sqrt((double)dk));
-#pragma omp parallel for schedule(static) num_threads(nth)
+#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * 2 * Hk * dk * 2))
     for (int64_t th = 0; th < (int64_t)n * 2 * Hk; th++) { /* L2-normalise q and k heads */
         float *v = Y + (size_t)(th / (2 * Hk)) * cd + (size_t)(th % (2 * Hk)) * dk;
         double ss = 0;
@@ -437,7 +442,7 @@ static void deltanet_layer(tdm_forward *f, const tdm_layer *L, int32_t n)
     }
     const bool chunked = f->dn_mode == TDM_DELTANET_CHUNKED || (f->dn_mode == TDM_DELTANET_AUTO && n > 1);
     float *O = f->ao + (size_t)2 * n * Hv; /* [n][vd] after the b/a inputs */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(par(f, (double)n * Hv * dk * dv * 3))
     for (int32_t j = 0; j < Hv; j++) {
         const int32_t kh = hp->vhead_tiled ? j % Hk : j / r;
         const float *q = Y + (size_t)kh * dk, *k = Y + (size_t)(Hk + kh) * dk, *v = Y + (size_t)2 * Hk * dk + (size_t)j * dv;
@@ -450,7 +455,7 @@ static void deltanet_layer(tdm_forward *f, const tdm_layer *L, int32_t n)
             tdm_op_deltanet_recurrent(q, k, (size_t)cd, v, (size_t)cd, g, beta, n, dk, dv, S, o);
     }
     /* O rows were written with the conv stride; gated RMSNorm packs them to [n][vd] in Y */
-#pragma omp parallel for schedule(static) num_threads(nth)
+#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * vd * 4))
     for (int64_t th = 0; th < (int64_t)n * Hv; th++) {
         const int64_t t = th / Hv, j = th % Hv;
         const float *o = O + (size_t)t * cd + (size_t)j * dv;
@@ -499,7 +504,7 @@ static tdm_status ffn_layer(tdm_forward *f, const tdm_layer *L, int32_t il, int3
     float *sg = f->p1; /* [n] shared-expert gate logits */
     if (L->shexp_gate.data)
         matmul(f, &L->shexp_gate, sg);
-#pragma omp parallel for schedule(static) num_threads(nthreads(f))
+#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * E * k))
     for (int32_t t = 0; t < n; t++) {
         tdm_op_router_topk(f->rl + (size_t)t * E, E, k, hp->norm_topk, f->ids + (size_t)t * k, f->wts + (size_t)t * k);
         for (int32_t i = 0; i < k; i++)
@@ -531,7 +536,7 @@ static tdm_status embed(tdm_forward *f, const int32_t *tokens, int32_t n, tdm_er
     const tdm_weight *te = tdm_model_tok_embd(f->m);
     const int64_t d = f->hp->n_embd;
     int bad = 0;
-#pragma omp parallel for schedule(static) num_threads(nthreads(f)) reduction(| : bad)
+#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * d * 4)) reduction(| : bad)
     for (int32_t t = 0; t < n; t++) {
         const uint8_t *row = (const uint8_t *)te->data + (size_t)tokens[t] * te->row_bytes;
         bad |= tdm_dequant_row(te->type, row, f->x + (size_t)t * d, d, NULL) != TDM_OK;

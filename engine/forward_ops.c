@@ -67,7 +67,7 @@ static inline float silu(float v)
 
 void tdm_op_conv_silu(const float *u, float *y, float *state, const float *w, int64_t n, int64_t dim, int32_t K)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((double)n * dim * K > 32768.0)
     for (int64_t c = 0; c < dim; c++) {
         float prev[CONV_MAX_K];
         const float *wc = w + c * K;
