@@ -151,7 +151,7 @@ test('a client leaving mid-stream stops its generation; the server goes on', T, 
 
 test('a client leaving while queued is skipped', T, async () => {
   const before = await waitIdle();
-  const long = post('/v1/completions', JSON.stringify({ prompt: 'The jury said', max_tokens: 120, ignore_eos: true }));
+  const long = post('/v1/completions', JSON.stringify({ prompt: 'The jury said', max_tokens: 400, ignore_eos: true }));
   await sleep(200);
   const ctl = new AbortController();
   const queued = fetch(srv.url + '/v1/chat/completions', {
