@@ -102,7 +102,7 @@ int tdm_cli_serve(int argc, char **argv)
         } else if (!strcmp(a, "--model-name")) {
             cfg.model_name = val;
         } else {
-            fprintf(stderr, "tandem serve: bad option '%s'%s%s%s (see tandem serve --help)\n", a,
+            fprintf(stderr, "tandem serve: bad option or value: %s%s%s%s (see tandem serve --help)\n", a,
                     takes ? " '" : "", takes ? val : "", takes ? "'" : "");
             return 2;
         }

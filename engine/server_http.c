@@ -608,7 +608,7 @@ tdm_status srv_http_start(struct tdm_server *s, uint16_t port, tdm_error *err)
     }
     int rc = getaddrinfo(h, NULL, &hints, &ai);
     if (rc != 0 || !ai)
-        return tdm_error_set(err, TDM_ERR_INVALID, "serve: cannot resolve --host '%s': %s", s->host,
+        return tdm_error_set(err, TDM_ERR_INVALID, "cannot resolve --host '%s': %s", s->host,
                              gai_strerror(rc));
     struct sockaddr_storage addr;
     memset(&addr, 0, sizeof addr);
@@ -629,7 +629,7 @@ tdm_status srv_http_start(struct tdm_server *s, uint16_t port, tdm_error *err)
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)(128 * 1024), MHD_OPTION_END);
     if (!s->daemon)
-        return tdm_error_set(err, TDM_ERR_IO, "serve: cannot listen on %s port %u (in use?)",
+        return tdm_error_set(err, TDM_ERR_IO, "cannot listen on %s port %u (in use?)",
                              s->host, (unsigned)port);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di && di->port ? di->port : port;
