@@ -1,0 +1,218 @@
+/* test_model_bind: tensor binding and hyper-parameters on edited copies of
+ * micro-qwen35moe (written in memory with the GGUF writer): a missing or
+ * mis-shaped tensor, bad metadata and an unknown architecture are clear
+ * errors naming the culprit; a missing output.weight means tied embeddings;
+ * the demo's MTP block is bound aside; layer kinds follow
+ * full_attention_interval. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward.h"
+#include "gguf.h"
+#include "gguf_writer.h"
+#include "model.h"
+
+typedef struct edit {
+    const char *drop;       /* tensor left out */
+    const char *reshape;    /* tensor written with half its rows */
+    const char *key;        /* u32 key overridden ... */
+    uint32_t value;         /* ... with this value */
+    const char *arch;       /* general.architecture override */
+} edit;
+
+static tdm_gguf *src;
+
+static void *build(const edit *e, size_t *size)
+{
+    tdm_gguf_writer *w;
+    tdm_error err = {0};
+    assert_int_equal(tdm_gguf_writer_create(&w, &err), TDM_OK);
+    for (int64_t i = 0; i < tdm_gguf_kv_count(src); i++) {
+        const char *k = tdm_gguf_kv_key(src, i);
+        switch (tdm_gguf_kv_type(src, i)) {
+        case TDM_GGUF_UINT32: {
+            uint32_t v;
+            assert_int_equal(tdm_gguf_get_u32(src, k, &v, &err), TDM_OK);
+            if (e->key && !strcmp(k, e->key))
+                v = e->value;
+            assert_int_equal(tdm_gguf_writer_add_u32(w, k, v, &err), TDM_OK);
+            break;
+        }
+        case TDM_GGUF_FLOAT32: {
+            float v;
+            assert_int_equal(tdm_gguf_get_f32(src, k, &v, &err), TDM_OK);
+            assert_int_equal(tdm_gguf_writer_add_f32(w, k, v, &err), TDM_OK);
+            break;
+        }
+        case TDM_GGUF_STRING: {
+            const char *s;
+            size_t len;
+            assert_int_equal(tdm_gguf_get_str(src, k, &s, &len, &err), TDM_OK);
+            if (e->arch && !strcmp(k, "general.architecture"))
+                s = e->arch, len = strlen(e->arch);
+            assert_int_equal(tdm_gguf_writer_add_strn(w, k, s, len, &err), TDM_OK);
+            break;
+        }
+        default: /* arrays (tokenizer, rope sections) are not needed for binding */
+            break;
+        }
+    }
+    for (int64_t i = 0; i < tdm_gguf_tensor_count(src); i++) {
+        const tdm_gguf_tensor *t = tdm_gguf_tensor_at(src, i);
+        if (e->drop && !strcmp(t->name, e->drop))
+            continue;
+        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        if (e->reshape && !strcmp(t->name, e->reshape))
+            ne[1] /= 2;
+        assert_int_equal(tdm_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, &err), TDM_OK);
+    }
+    void *buf;
+    assert_int_equal(tdm_gguf_writer_write_memory(w, &buf, size, &err), TDM_OK);
+    tdm_gguf_writer_free(w);
+    return buf;
+}
+
+/* Binds the edited copy; returns the status, the message in err. */
+static tdm_status bind_edit(const edit *e, tdm_error *err, tdm_model **keep, void **keep_buf)
+{
+    size_t size;
+    void *buf = build(e, &size);
+    tdm_gguf *g;
+    tdm_model *m = NULL;
+    tdm_status st = tdm_gguf_open_memory(buf, size, &g, err);
+    if (!st)
+        st = tdm_model_from_gguf(g, &m, err);
+    if (keep && !st) {
+        *keep = m;
+        *keep_buf = buf;
+        return st;
+    }
+    tdm_model_free(m);
+    free(buf);
+    return st;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *root = getenv("TDM_ROOT");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/micro-qwen35moe/micro-qwen35moe-f32.gguf", root && *root ? root : ".");
+    tdm_error err = {0};
+    return tdm_gguf_open(path, &src, &err) == TDM_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tdm_gguf_free(src);
+    return 0;
+}
+
+static void expect(const edit *e, tdm_status code, const char *needle)
+{
+    tdm_error err = {0};
+    tdm_status st = bind_edit(e, &err, NULL, NULL);
+    printf("  -> %s: %s\n", tdm_status_name(st), err.msg);
+    assert_int_equal(st, code);
+    assert_non_null(strstr(err.msg, needle));
+}
+
+static void test_missing_and_misshaped(void **state)
+{
+    (void)state;
+    expect(&(edit){.drop = "blk.1.ssm_a"}, TDM_ERR_FORMAT, "blk.1.ssm_a");
+    expect(&(edit){.drop = "blk.2.attn_q.weight"}, TDM_ERR_FORMAT, "blk.2.attn_q.weight");
+    expect(&(edit){.drop = "blk.4.ffn_down_shexp.weight"}, TDM_ERR_FORMAT, "blk.4.ffn_down_shexp.weight");
+    expect(&(edit){.drop = "token_embd.weight"}, TDM_ERR_FORMAT, "token_embd.weight");
+    expect(&(edit){.reshape = "blk.0.attn_qkv.weight"}, TDM_ERR_FORMAT, "blk.0.attn_qkv.weight");
+    expect(&(edit){.reshape = "blk.3.ffn_up_exps.weight"}, TDM_ERR_FORMAT, "blk.3.ffn_up_exps.weight");
+}
+
+static void test_bad_metadata(void **state)
+{
+    (void)state;
+    expect(&(edit){.key = "qwen35moe.expert_used_count", .value = 9}, TDM_ERR_FORMAT, "expert_used_count 9");
+    expect(&(edit){.key = "qwen35moe.attention.head_count_kv", .value = 3}, TDM_ERR_FORMAT, "head_count_kv 3");
+    expect(&(edit){.key = "qwen35moe.ssm.time_step_rank", .value = 3}, TDM_ERR_FORMAT, "time_step_rank 3");
+    expect(&(edit){.key = "qwen35moe.rope.dimension_count", .value = 7}, TDM_ERR_FORMAT, "dimension_count 7");
+    expect(&(edit){.key = "qwen35moe.block_count", .value = 6}, TDM_ERR_FORMAT, "blk.5.");
+    expect(&(edit){.arch = "llama"}, TDM_ERR_UNSUPPORTED, "llama");
+    /* the interval decides the layer kinds: with 5 every layer but the 5th is DeltaNet */
+    expect(&(edit){.key = "qwen35moe.full_attention_interval", .value = 5}, TDM_ERR_FORMAT, "blk.2.attn_qkv.weight");
+}
+
+static void test_tied_output(void **state)
+{
+    (void)state;
+    tdm_error err = {0};
+    tdm_model *m;
+    void *buf;
+    assert_int_equal(bind_edit(&(edit){.drop = "output.weight"}, &err, &m, &buf), TDM_OK);
+    assert_true(tdm_model_output_tied(m));
+    assert_ptr_equal(tdm_model_output(m)->data, tdm_model_tok_embd(m)->data);
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    assert_int_equal(hp->n_layer, 5);
+    assert_int_equal(hp->n_attn_layers, 1);
+    assert_int_equal(tdm_model_layer(m, 2)->kind, TDM_LAYER_ATTN);
+    assert_int_equal(tdm_model_layer(m, 3)->kind, TDM_LAYER_DELTANET);
+    assert_true(hp->vhead_tiled);
+    tdm_forward *f;
+    float *logits = malloc(sizeof(float) * hp->n_vocab);
+    int32_t toks[3] = {1, 2, 3};
+    assert_int_equal(tdm_forward_new(m, 8, 4, &f, &err), TDM_OK);
+    assert_int_equal(tdm_forward_eval(f, toks, 3, 0, logits, false, &err), TDM_OK);
+    assert_int_equal(tdm_forward_eval(f, toks, 6, 3, logits, false, &err), TDM_ERR_INVALID); /* 9 > n_ctx */
+    tdm_forward_free(f);
+    free(logits);
+    tdm_model_free(m);
+    free(buf);
+}
+
+static void test_demo_mtp_bound(void **state)
+{
+    (void)state;
+    const char *root = getenv("TDM_ROOT");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/demo/demo-Q4_K_M.gguf", root && *root ? root : ".");
+    tdm_model *m;
+    tdm_error err = {0};
+    assert_int_equal(tdm_model_load(path, &m, &err), TDM_OK);
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    assert_int_equal(hp->n_layer, 8);
+    assert_int_equal(hp->n_nextn, 1);
+    assert_int_equal(hp->head_dim, 64);
+    assert_int_equal(hp->n_rot, 16);
+    assert_int_equal(hp->n_attn_layers, 2);
+    assert_int_equal(tdm_model_layer(m, 3)->kind, TDM_LAYER_ATTN);
+    assert_int_equal(tdm_model_layer(m, 7)->kind, TDM_LAYER_ATTN);
+    const tdm_mtp *mtp = tdm_model_mtp(m);
+    assert_non_null(mtp);
+    assert_int_equal(mtp->eh_proj.cols, 2 * hp->n_embd);
+    assert_non_null(mtp->shared_head_norm.data);
+    assert_int_equal(mtp->layer.kind, TDM_LAYER_ATTN);
+    assert_non_null(mtp->layer.gate_shexp.data);
+    assert_false(tdm_model_output_tied(m));
+    char desc[512];
+    tdm_model_describe(m, desc, sizeof desc);
+    printf("  %s\n", desc);
+    tdm_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_missing_and_misshaped),
+        cmocka_unit_test(test_bad_metadata),
+        cmocka_unit_test(test_tied_output),
+        cmocka_unit_test(test_demo_mtp_bound),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
