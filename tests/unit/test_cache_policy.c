@@ -15,6 +15,42 @@
 #include "cache_policy.h"
 #include "profile.h"
 
+/* Counts allocations while `counting` is set, to show that the access path
+ * never allocates: the test binary's malloc family forwards to glibc's.
+ * Sanitizer builds bring their own allocator, so there the check is skipped. */
+#if defined(__SANITIZE_ADDRESS__)
+#define COUNT_ALLOCS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define COUNT_ALLOCS 0
+#endif
+#endif
+#ifndef COUNT_ALLOCS
+#define COUNT_ALLOCS 1
+#endif
+#if COUNT_ALLOCS
+static volatile int alloc_calls; /* volatile: gcc assumes malloc touches no globals */
+static volatile bool counting;
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+void *malloc(size_t n)
+{
+    alloc_calls += counting;
+    return __libc_malloc(n);
+}
+void *calloc(size_t n, size_t size)
+{
+    alloc_calls += counting;
+    return __libc_calloc(n, size);
+}
+void *realloc(void *p, size_t n)
+{
+    alloc_calls += counting;
+    return __libc_realloc(p, n);
+}
+#endif
+
 static tdm_profile *profile_from_counts(int32_t nl, int32_t ne, int32_t k, const int *counts,
                                         int tokens)
 {
@@ -391,6 +427,56 @@ static void test_no_ping_pong(void **state)
     assert_int_equal(alternating_loads(0.25f), 0);
 }
 
+/* Every policy replays a trace with the allocator watched. */
+static void test_no_allocation_per_access(void **state)
+{
+    (void)state;
+#if COUNT_ALLOCS
+    enum { NL = 4, NE = 16, K = 4, NT = 200 };
+    static int32_t layers[NT * NL], ids[NT * NL * K];
+    rng_state = 12345;
+    random_trace(NL, NE, K, NT, layers, ids);
+    static const int counts[NL * NE] = {[3] = 5, [17] = 2};
+    tdm_profile *prof = profile_from_counts(NL, NE, K, counts, 0);
+    for (int pol = 0; pol < TDM_CACHE_N_POLICIES; pol++) {
+        tdm_cache_params p;
+        tdm_cache_params_init(&p, (tdm_cache_policy)pol, NL, NE, K, 20);
+        p.profile = prof;
+        p.adapt_every = 1;
+        p.future_layer = layers;
+        p.future_ids = ids;
+        p.n_future = NT * NL;
+        tdm_cache *c;
+        tdm_error err;
+        assert_int_equal(tdm_cache_new(&p, &c, &err), TDM_OK);
+        alloc_calls = 0;
+        counting = true;
+        int64_t hits = 0;
+        for (int a = 0; a < NT * NL; a++) {
+            int32_t h;
+            tdm_cache_access(c, a / NL, layers[a], ids + a * K, K, NULL, &h, &err);
+            hits += h;
+        }
+        counting = false;
+        assert_int_equal(alloc_calls, 0);
+        tdm_cache_stats st;
+        tdm_cache_get_stats(c, &st);
+        assert_int_equal(st.hits, hits);
+        assert_int_equal(st.accesses, NT * NL * K);
+        tdm_cache_free(c);
+    }
+    /* the counter itself works */
+    counting = true;
+    void *volatile probe = malloc(16); /* volatile: the pair must not be optimised away */
+    counting = false;
+    free(probe);
+    assert_int_equal(alloc_calls, 1);
+    tdm_profile_free(prof);
+#else
+    print_message("sanitizer build: allocation counting skipped\n");
+#endif
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -460,6 +546,7 @@ int main(void)
         cmocka_unit_test(test_oracle_bound),
         cmocka_unit_test(test_adaptive_never_evicts_current),
         cmocka_unit_test(test_no_ping_pong),
+        cmocka_unit_test(test_no_allocation_per_access),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
