@@ -680,10 +680,11 @@ static tdm_status run_text(tdm_generator *g, const char *text, size_t len, bool 
     return st;
 }
 
-tdm_status tdm_generator_chat(tdm_generator *g, const tdm_gen_message *msgs, int32_t n_msgs,
-                              tdm_gen_thinking thinking, const tdm_gen_params *p,
-                              const tdm_gen_callbacks *cb, tdm_gen_result *res, tdm_error *err)
+/* Renders msgs with the template into a malloc'd prompt (*text, *len). */
+static tdm_status render_chat(const tdm_generator *g, const tdm_gen_message *msgs, int32_t n_msgs,
+                              tdm_gen_thinking thinking, char **text, size_t *len, tdm_error *err)
 {
+    *text = NULL;
     if (!g->tmpl)
         return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "chat: %s", g->tmpl_err.msg);
     if (n_msgs <= 0 || !msgs)
@@ -694,18 +695,48 @@ tdm_status tdm_generator_chat(tdm_generator *g, const tdm_gen_message *msgs, int
     for (int32_t i = 0; i < n_msgs; i++)
         cm[i] = (tdm_chat_msg){msgs[i].role, msgs[i].content, msgs[i].reasoning};
     int th = thinking == TDM_GEN_THINK_ON ? 1 : thinking == TDM_GEN_THINK_OFF ? 0 : -1;
-    size_t len = 0;
-    char *text = NULL;
-    tdm_status st = tdm_chat_render(g->tmpl, cm, (size_t)n_msgs, true, th, NULL, 0, &len, err);
-    if (st == TDM_OK || (st == TDM_ERR_INVALID && len > 0)) {
-        text = malloc(len + 1);
-        st = text ? tdm_chat_render(g->tmpl, cm, (size_t)n_msgs, true, th, text, len + 1, &len, err)
-                  : tdm_error_set(err, TDM_ERR_OOM, "chat: prompt of %zu bytes", len);
+    *len = 0;
+    tdm_status st = tdm_chat_render(g->tmpl, cm, (size_t)n_msgs, true, th, NULL, 0, len, err);
+    if (st == TDM_OK || (st == TDM_ERR_INVALID && *len > 0)) {
+        *text = malloc(*len + 1);
+        st = *text ? tdm_chat_render(g->tmpl, cm, (size_t)n_msgs, true, th, *text, *len + 1, len, err)
+                   : tdm_error_set(err, TDM_ERR_OOM, "chat: prompt of %zu bytes", *len);
     }
     free(cm);
+    if (st != TDM_OK) {
+        free(*text);
+        *text = NULL;
+    }
+    return st;
+}
+
+tdm_status tdm_generator_chat(tdm_generator *g, const tdm_gen_message *msgs, int32_t n_msgs,
+                              tdm_gen_thinking thinking, const tdm_gen_params *p,
+                              const tdm_gen_callbacks *cb, tdm_gen_result *res, tdm_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    tdm_status st = render_chat(g, msgs, n_msgs, thinking, &text, &len, err);
     if (st == TDM_OK)
         st = run_text(g, text, len, true, p, cb, res, err);
     free(text);
+    return st;
+}
+
+tdm_status tdm_generator_count_chat(const tdm_generator *g, const tdm_gen_message *msgs,
+                                    int32_t n_msgs, tdm_gen_thinking thinking, int32_t *n_tokens,
+                                    tdm_error *err)
+{
+    char *text = NULL;
+    size_t len = 0, n = 0;
+    tdm_status st = render_chat(g, msgs, n_msgs, thinking, &text, &len, err);
+    if (st == TDM_OK)
+        st = tdm_tokenizer_encode(g->tk, text, len, TDM_TOKENIZE_PARSE_SPECIAL, NULL, 0, &n, err);
+    if (st == TDM_ERR_INVALID && text && n > 0)
+        st = TDM_OK; /* measuring: cap 0 reports the count as "too small" */
+    free(text);
+    if (st == TDM_OK)
+        *n_tokens = n > INT32_MAX ? INT32_MAX : (int32_t)n;
     return st;
 }
 

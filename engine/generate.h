@@ -118,6 +118,13 @@ tdm_status tdm_generator_chat(tdm_generator *g, const tdm_gen_message *msgs, int
                               tdm_gen_thinking thinking, const tdm_gen_params *p,
                               const tdm_gen_callbacks *cb, tdm_gen_result *res, tdm_error *err);
 
+/* Prompt tokens the chat would take (rendered as tdm_generator_chat() does).
+ * Uses only the immutable tokenizer and template, so it may run on another
+ * thread while a generation is in progress. */
+tdm_status tdm_generator_count_chat(const tdm_generator *g, const tdm_gen_message *msgs,
+                                    int32_t n_msgs, tdm_gen_thinking thinking, int32_t *n_tokens,
+                                    tdm_error *err);
+
 /* Continues a raw prompt (no template; <think> is not parsed: all text is
  * the answer). Same errors as tdm_generator_chat(). */
 tdm_status tdm_generator_complete(tdm_generator *g, const char *prompt, const tdm_gen_params *p,

@@ -27,7 +27,8 @@
 #define KEEPALIVE_SECONDS 15
 
 enum route {
-    R_NONE = 0, R_ASSET, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_MESSAGES
+    R_NONE = 0, R_ASSET, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COUNT, R_CHAT, R_COMPLETIONS,
+    R_MESSAGES
 };
 
 typedef struct http_req {
@@ -191,6 +192,7 @@ static bool route_of(const char *url, const char *method, http_req *q, const cha
         {"/health", R_HEALTH, false},          {"/metrics", R_METRICS, false},
         {"/v1/models", R_MODELS, false},       {"/v1/chat/completions", R_CHAT, true},
         {"/v1/completions", R_COMPLETIONS, true}, {"/v1/messages", R_MESSAGES, true},
+        {"/v1/messages/count_tokens", R_COUNT, true},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(url, table[i].path))
@@ -314,8 +316,9 @@ static int connection_fd(struct MHD_Connection *c)
 
 /* ---- generation requests ---- */
 
-static enum MHD_Result serve_generation(struct tdm_server *s, struct MHD_Connection *c,
-                                        http_req *q)
+/* Parses the body as JSON; on failure answers 400 and returns NULL. */
+static cJSON *parse_body(struct tdm_server *s, struct MHD_Connection *c, const http_req *q,
+                         enum MHD_Result *ret)
 {
     const char *end = NULL;
     cJSON *body = q->body.len ? cJSON_ParseWithLengthOpts(q->body.p, q->body.len, &end, 0) : NULL;
@@ -336,8 +339,50 @@ static enum MHD_Result serve_generation(struct tdm_server *s, struct MHD_Connect
         else
             snprintf(msg, sizeof msg, "malformed JSON in the request body near byte %zu",
                      end && end >= q->body.p ? (size_t)(end - q->body.p) : (size_t)0);
-        return send_error(s, c, q, 400, NULL, msg);
+        *ret = send_error(s, c, q, 400, NULL, msg);
     }
+    return body;
+}
+
+/* POST /v1/messages/count_tokens: answered on the connection thread (the
+ * tokenizer and template are immutable), never queued. */
+static enum MHD_Result serve_count(struct tdm_server *s, struct MHD_Connection *c, http_req *q)
+{
+    enum MHD_Result ret = MHD_NO;
+    cJSON *body = parse_body(s, c, q, &ret);
+    if (!body)
+        return ret;
+    srv_job *j = srv_job_new(SRV_ANTHROPIC);
+    if (!j) {
+        cJSON_Delete(body);
+        return send_error(s, c, q, 500, NULL, "out of memory");
+    }
+    if (cJSON_IsObject(body) && !cJSON_GetObjectItemCaseSensitive(body, "max_tokens"))
+        cJSON_AddNumberToObject(body, "max_tokens", INT32_MAX); /* not part of this request */
+    srv_reqerr e = {0};
+    bool ok = srv_anthropic_parse(j, body, &s->defaults, &e);
+    j->body = body;
+    int32_t n = 0;
+    tdm_error err = {0};
+    tdm_status st = ok ? tdm_generator_count_chat(s->gen, j->msgs, j->n_msgs, j->thinking, &n, &err)
+                       : TDM_OK;
+    srv_job_unref(j);
+    if (!ok)
+        return send_error(s, c, q, e.status, e.param, e.msg);
+    if (st != TDM_OK)
+        return send_error(s, c, q, st == TDM_ERR_INVALID ? 400 : 500, NULL, err.msg);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "input_tokens", n);
+    return send_json(s, c, 200, o);
+}
+
+static enum MHD_Result serve_generation(struct tdm_server *s, struct MHD_Connection *c,
+                                        http_req *q)
+{
+    enum MHD_Result ret = MHD_NO;
+    cJSON *body = parse_body(s, c, q, &ret);
+    if (!body)
+        return ret;
     srv_api api = q->route == R_CHAT ? SRV_OPENAI_CHAT
                   : q->route == R_COMPLETIONS ? SRV_OPENAI_COMPLETION : SRV_ANTHROPIC;
     srv_job *j = srv_job_new(api);
@@ -493,7 +538,7 @@ static enum MHD_Result serve_get(struct tdm_server *s, struct MHD_Connection *c,
 static void first_call(struct tdm_server *s, struct MHD_Connection *c, const char *url,
                        const char *method, http_req *q)
 {
-    q->anthropic = !strcmp(url, "/v1/messages") ||
+    q->anthropic = !strncmp(url, "/v1/messages", 12) ||
                    (!strncmp(url, "/v1/models", 10) &&
                     MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version"));
     const char *allow = NULL;
@@ -550,7 +595,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t n = *upload_size;
         *upload_size = 0;
         q->seen += n;
-        if (q->reject || q->route < R_CHAT) {
+        if (q->reject || q->route < R_COUNT) {
             if (q->seen > DRAIN_LIMIT)
                 return MHD_NO;
             return MHD_YES; /* dropped */
@@ -568,6 +613,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     if (q->reject)
         return send_error(s, c, q, q->reject, NULL, q->reject_msg);
+    if (q->route == R_COUNT)
+        return serve_count(s, c, q);
     if (q->route >= R_CHAT)
         return serve_generation(s, c, q);
     return serve_get(s, c, q, url);

@@ -131,3 +131,13 @@ test('models list in the Anthropic shape', T, async () => {
   assert.equal(one.type, 'model');
   await assert.rejects(client.models.retrieve('other'), (e) => e.status === 404 && e.error.error.type === 'not_found_error');
 });
+
+test('count_tokens matches the prompt the message request uses', T, async () => {
+  const params = { model: 'demo', system: 'You answer arithmetic.', messages: [{ role: 'user', content: 'What is 12 + 7?' }] };
+  const count = await client.messages.countTokens(params);
+  const r = await client.messages.create({ ...params, max_tokens: 2 });
+  assert.equal(count.input_tokens, r.usage.input_tokens + r.usage.cache_read_input_tokens);
+  const withThinking = await client.messages.countTokens({ ...params, thinking: { type: 'enabled', budget_tokens: 100 } });
+  assert.ok(withThinking.input_tokens < count.input_tokens, 'no empty think block when thinking is on');
+  await assert.rejects(client.messages.countTokens({ model: 'demo', messages: [] }), (e) => e.status === 400);
+});
