@@ -14,11 +14,51 @@
 #include "forward.h"
 #include "model.h"
 #include "model_fixtures.h"
+#include "session.h"
 
 static const char *const files[] = {"bf16", "Q8_0", "Q6_K", "Q4_K_M", "Q4_0", "Q2_K", "IQ4_XS"};
 static const char *const prompts[] = {"short", "long", "chat"};
 
 static int ran;
+
+/* bf16 weights are exact in the reference: hidden states and greedy decoding
+ * through the session must match like the f32 micro models. */
+static void check_bf16_extras(const char *dir, const cJSON *ref, tdm_model *m)
+{
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    const cJSON *pr = cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "prompts"), "short");
+    int32_t tokens[64], want[64];
+    int n = fx_ints(cJSON_GetObjectItem(pr, "tokens"), tokens, 64);
+    int ng = fx_ints(cJSON_GetObjectItem(pr, "greedy_24"), want, 64);
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetObjectItem(pr, "hidden_file")->valuestring);
+    const size_t total = (size_t)(hp->n_layer + 1) * n * hp->n_embd;
+    float *href = fx_f32(path, total), *cap = malloc(total * sizeof(float));
+    assert_non_null(href);
+    tdm_forward *f;
+    tdm_error err = {0};
+    assert_int_equal(tdm_forward_new(m, n, 512, &f, &err), TDM_OK);
+    tdm_forward_set_capture(f, cap);
+    assert_int_equal(tdm_forward_eval(f, tokens, n, 0, NULL, false, &err), TDM_OK);
+    double rel = fx_rel_l2(cap, href, total);
+    tdm_forward_free(f);
+    tdm_session *s;
+    assert_int_equal(tdm_session_new(m, n + ng, &s, &err), TDM_OK);
+    assert_int_equal(tdm_session_eval(s, tokens, n, NULL, &err), TDM_OK);
+    int match = 0;
+    for (int i = 0; i < ng; i++) {
+        int32_t t = fx_argmax(tdm_session_logits(s), hp->n_vocab);
+        match += t == want[i];
+        if (i + 1 < ng)
+            assert_int_equal(tdm_session_eval(s, &t, 1, NULL, &err), TDM_OK);
+    }
+    printf("  bf16    hidden states rel L2 %.2e, greedy_24 through the session %d/%d\n", rel, match, ng);
+    assert_true(rel <= 1e-3);
+    assert_int_equal(match, ng);
+    tdm_session_free(s);
+    free(cap);
+    free(href);
+}
 
 static void run_file(const char *dir, const cJSON *ref, const char *q)
 {
@@ -61,6 +101,8 @@ static void run_file(const char *dir, const cJSON *ref, const char *q)
         tdm_forward_free(f);
         free(le), free(lr), free(lp);
     }
+    if (!strcmp(q, "bf16"))
+        check_bf16_extras(dir, ref, m);
     tdm_model_free(m);
 }
 
