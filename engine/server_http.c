@@ -37,6 +37,7 @@ typedef struct http_req {
     bool anthropic;        /* errors in the Anthropic shape */
     int reject;            /* HTTP status decided before the body was read, 0 if none */
     bool responded;        /* answered before the body (then only drain and close) */
+    const char *allow;     /* methods of the route (the Allow header of a 405) */
     char reject_msg[200];
     srv_buf body;
     size_t seen;           /* body bytes received (kept or dropped) */
@@ -87,7 +88,19 @@ static enum MHD_Result send_error(struct tdm_server *s, struct MHD_Connection *c
 {
     char *body = q->anthropic ? srv_anthropic_error_body(status, msg)
                               : srv_openai_error_body(status, msg, param);
-    return send_body(s, c, status, "application/json", body);
+    if (!body)
+        return MHD_NO;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    if (status == 405 && q->allow)
+        MHD_add_response_header(r, "Allow", q->allow);
+    return queue(s, c, status, r);
 }
 
 /* ---- checks ---- */
@@ -543,6 +556,7 @@ static void first_call(struct tdm_server *s, struct MHD_Connection *c, const cha
                     MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version"));
     const char *allow = NULL;
     bool ok = route_of(url, method, q, &allow);
+    q->allow = allow;
     const char *why = check_host_origin(s, c);
     if (why) {
         q->reject = 403;

@@ -115,7 +115,9 @@ test('huge bodies are 413 (announced, and chunked without a length)', T, async (
 
 test('unknown routes are 404, wrong methods 405', T, async () => {
   assertOpenAIError(await rawRequest(srv.url, { path: '/v1/nothing' }), 404);
-  assertOpenAIError(await rawRequest(srv.url, { path: '/v1/chat/completions' }), 405);
+  const m = await rawRequest(srv.url, { path: '/v1/chat/completions' });
+  assertOpenAIError(m, 405);
+  assert.equal(m.headers.allow, 'POST');
   assertOpenAIError(await rawRequest(srv.url, { method: 'DELETE', path: '/v1/models' }), 405);
   assertOpenAIError(await rawRequest(srv.url, { method: 'POST', path: '/health', body: '{}' }), 405);
 });
