@@ -5,8 +5,15 @@
 #include "sampler.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* top-p over many candidates: bucket by distance to the best logit, so only
+ * the bucket where the cumulative mass crosses top_p needs sorting. */
+#define TOPP_BUCKETS 4096
+#define TOPP_RANGE 64.0f /* logits further below the best share the last bucket */
+#define TOPK_HEAP_MAX 4096 /* top-k up to this size: one streaming pass with a heap */
 
 struct tdm_sampler {
     tdm_sampler_params p;
@@ -19,6 +26,9 @@ struct tdm_sampler {
     uint32_t gen;
     int32_t *ring;    /* [penalty_last_n] accepted tokens, oldest at ring_pos when full */
     int32_t ring_n, ring_pos;
+    float *wexp;      /* [n_vocab] exp weight of each candidate position */
+    uint16_t *bkt;    /* [n_vocab] top-p bucket of each candidate position */
+    double bmass[TOPP_BUCKETS]; /* probability mass per top-p bucket */
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -91,7 +101,9 @@ tdm_status tdm_sampler_new(int32_t n_vocab, const tdm_sampler_params *p, tdm_sam
     s->count = calloc(n, sizeof *s->count);
     s->stamp = calloc(n, sizeof *s->stamp);
     s->ring = malloc(((size_t)p->penalty_last_n + 1) * sizeof *s->ring);
-    if (!s->work || !s->cand || !s->count || !s->stamp || !s->ring) {
+    s->wexp = malloc(n * sizeof *s->wexp);
+    s->bkt = malloc(n * sizeof *s->bkt);
+    if (!s->work || !s->cand || !s->count || !s->stamp || !s->ring || !s->wexp || !s->bkt) {
         tdm_sampler_free(s);
         return tdm_error_set(err, TDM_ERR_OOM, "sampler: buffers for %d tokens", n_vocab);
     }
@@ -109,6 +121,8 @@ void tdm_sampler_free(tdm_sampler *s)
     free(s->count);
     free(s->stamp);
     free(s->ring);
+    free(s->wexp);
+    free(s->bkt);
     free(s);
 }
 
@@ -229,26 +243,91 @@ static void sort_best(const float *w, int32_t *c, int32_t n, int32_t m)
     }
 }
 
-/* top-p: keep the shortest best-first prefix whose probability reaches top_p.
- * Sorts only as many candidates as needed (64, 512, 4096, ... n). */
-static int32_t apply_top_p(const float *w, int32_t *c, int32_t n, float top_p, float lmax)
+/* The valid (> -inf) ids with, when 0 < k <= TOPK_HEAP_MAX, only the k
+ * best kept: one streaming pass over a min-heap of the best seen so far. */
+static int32_t gather(const float *w, int32_t n, int32_t k, int32_t *c)
 {
-    double z = 0;
-    for (int32_t i = 0; i < n; i++)
-        z += exp((double)w[c[i]] - lmax);
-    double target = (double)top_p * z, cum = 0;
-    int32_t done = 0;
-    for (int32_t m = n < 64 ? n : 64;; m = (m > n / 8) ? n : m * 8) {
-        sort_best(w, c + done, n - done, m - done);
-        for (int32_t i = done; i < m; i++) {
+    int32_t m = 0;
+    bool heap = k > 0 && k <= TOPK_HEAP_MAX;
+    float worst = -INFINITY; /* w of the heap's root once full: most ids fail one compare */
+    for (int32_t i = 0; i < n; i++) {
+        if (!(w[i] > worst))
+            continue;
+        if (!heap || m < k) {
+            c[m++] = i;
+            if (heap && m == k) {
+                for (int32_t j = k / 2 - 1; j >= 0; j--)
+                    sift_down(w, c, j, k);
+                worst = w[c[0]];
+            }
+        } else if (better(w, i, c[0])) {
+            c[0] = i;
+            sift_down(w, c, 0, k);
+            worst = w[c[0]];
+        }
+    }
+    if (k > TOPK_HEAP_MAX && k < m) {
+        select_top(w, c, m, k);
+        m = k;
+    }
+    return m;
+}
+
+/* top-p: keep the shortest best-first prefix whose probability reaches top_p. */
+static int32_t apply_top_p(tdm_sampler *s, int32_t *c, int32_t n, float top_p, float lmax)
+{
+    const float *w = s->work;
+    double z = 0, cum = 0;
+    if (n <= 1024) {
+        sort_best(w, c, n, n);
+        for (int32_t i = 0; i < n; i++)
+            z += exp((double)w[c[i]] - lmax);
+        for (int32_t i = 0; i < n; i++) {
             cum += exp((double)w[c[i]] - lmax);
-            if (cum >= target)
+            if (cum >= (double)top_p * z)
                 return i + 1;
         }
-        done = m;
-        if (m == n)
-            return n;
+        return n;
     }
+    memset(s->bmass, 0, sizeof s->bmass);
+    const float scale = TOPP_BUCKETS / TOPP_RANGE;
+    for (int32_t i = 0; i < n; i++) {
+        float d = lmax - w[c[i]];
+        int b = d * scale < TOPP_BUCKETS - 1 ? (int)(d * scale) : TOPP_BUCKETS - 1;
+        s->bkt[i] = (uint16_t)b;
+        double e = exp(-(double)d);
+        s->bmass[b] += e;
+        z += e;
+    }
+    double target = (double)top_p * z;
+    int b = 0;
+    for (; b < TOPP_BUCKETS && cum + s->bmass[b] < target; b++)
+        cum += s->bmass[b];
+    if (b == TOPP_BUCKETS)
+        return n; /* rounding: the whole mass did not reach target */
+    /* partition: buckets before b (all kept, any order), then bucket b */
+    int32_t k = 0, j;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = k; i < n; i++) {
+            if (pass == 0 ? s->bkt[i] < b : s->bkt[i] == b) {
+                int32_t t = c[i];
+                uint16_t tb = s->bkt[i];
+                c[i] = c[k];
+                s->bkt[i] = s->bkt[k];
+                c[k] = t;
+                s->bkt[k++] = tb;
+            }
+        }
+        if (pass == 0)
+            j = k;
+    }
+    sort_best(w, c + j, k - j, k - j);
+    for (int32_t i = j; i < k; i++) {
+        cum += exp((double)w[c[i]] - lmax);
+        if (cum >= target)
+            return i + 1;
+    }
+    return k;
 }
 
 int32_t tdm_sampler_sample(tdm_sampler *s, const float *logits)
@@ -256,27 +335,26 @@ int32_t tdm_sampler_sample(tdm_sampler *s, const float *logits)
     const tdm_sampler_params *p = &s->p;
     int32_t n = s->n_vocab;
     float *w = s->work;
-    for (int32_t i = 0; i < n; i++)
-        w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    for (int32_t i = 0; i < n; i++) { /* branch-free so that it vectorises */
+        float v = logits[i];
+        w[i] = v == v ? v : -INFINITY;
+    }
     apply_penalties(s);
     int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (w[i] > w[best])
+    float bv = w[0];
+    for (int32_t i = 1; i < n; i++) {
+        if (w[i] > bv) {
+            bv = w[i];
             best = i;
+        }
+    }
     if (p->temperature <= 0 || !(w[best] > -INFINITY))
         return best;
     float lmax = w[best];
     int32_t *c = s->cand;
-    int32_t m = 0;
-    for (int32_t i = 0; i < n; i++) /* -inf tokens can never be drawn */
-        if (w[i] > -INFINITY)
-            c[m++] = i;
-    if (p->top_k > 0 && p->top_k < m) {
-        select_top(w, c, m, p->top_k);
-        m = p->top_k;
-    }
+    int32_t m = gather(w, n, p->top_k, c);
     if (p->top_p < 1.0f)
-        m = apply_top_p(w, c, m, p->top_p, lmax);
+        m = apply_top_p(s, c, m, p->top_p, lmax);
     if (p->min_p > 0) { /* keep p_i >= min_p * p_max, i.e. l_i >= lmax + log(min_p) */
         float thr = lmax + logf(p->min_p);
         int32_t k = 0;
@@ -285,12 +363,15 @@ int32_t tdm_sampler_sample(tdm_sampler *s, const float *logits)
                 c[k++] = c[i];
         m = k;
     }
-    double inv_t = 1.0 / p->temperature, z = 0;
-    for (int32_t i = 0; i < m; i++)
-        z += exp(((double)w[c[i]] - lmax) * inv_t);
+    float inv_t = 1.0f / p->temperature;
+    double z = 0;
+    for (int32_t i = 0; i < m; i++) {
+        s->wexp[i] = expf((w[c[i]] - lmax) * inv_t);
+        z += s->wexp[i];
+    }
     double u = rng_uniform(s->rng) * z, cum = 0;
     for (int32_t i = 0; i < m; i++) {
-        cum += exp(((double)w[c[i]] - lmax) * inv_t);
+        cum += s->wexp[i];
         if (u < cum)
             return c[i];
     }

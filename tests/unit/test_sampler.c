@@ -16,6 +16,7 @@
 #include "sampler.h"
 
 #define NV 64
+#define NMAX 3000
 
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 static double urand(void)
@@ -181,7 +182,7 @@ typedef enum { REF_OK, REF_NO_TEMP, REF_TEMP_FIRST, REF_NO_TOPP } ref_kind;
 /* Independent reference: full sort, then the filters in the documented order. */
 static void ref_dist(const float *l, int n, const tdm_sampler_params *p, ref_kind kind, double *out)
 {
-    int idx[NV];
+    static int idx[NMAX];
     double t = kind == REF_NO_TEMP ? 1.0 : p->temperature;
     double pre = kind == REF_TEMP_FIRST ? t : 1.0; /* wrong: filters see tempered logits */
     for (int i = 0; i < n; i++)
@@ -257,31 +258,37 @@ static double chi_crit(int df)
     return df * pow(1 - a + z * sqrt(a), 3);
 }
 
-static void run_chi(const char *name, tdm_sampler_params p, const ref_kind *wrong, int n_wrong)
+static void run_chi_n(const char *name, tdm_sampler_params p, const ref_kind *wrong, int n_wrong, int n,
+                      double scale, long draws)
 {
-    float l[NV];
-    random_logits(l, NV, 4.0);
-    tdm_sampler *s = new_sampler(NV, p);
-    long obs[NV] = {0};
-    const long draws = 100000;
+    static float l[NMAX];
+    static long obs[NMAX];
+    static double e[NMAX];
+    random_logits(l, n, scale);
+    tdm_sampler *s = new_sampler(n, p);
+    memset(obs, 0, sizeof obs);
     for (long i = 0; i < draws; i++)
         obs[tdm_sampler_sample(s, l)]++;
-    double e[NV];
     int df;
-    ref_dist(l, NV, &p, REF_OK, e);
-    double chi = chi_square(obs, e, NV, draws, &df);
-    printf("%-28s chi2 = %8.2f  df = %2d  crit(1e-4) = %6.2f", name, chi, df, chi_crit(df > 0 ? df : 1));
+    ref_dist(l, n, &p, REF_OK, e);
+    double chi = chi_square(obs, e, n, draws, &df);
+    printf("%-32s chi2 = %8.2f  df = %3d  crit(1e-4) = %6.2f", name, chi, df, chi_crit(df > 0 ? df : 1));
     assert_true(df >= 1);
     assert_true(chi < chi_crit(df));
     for (int w = 0; w < n_wrong; w++) { /* the same draws fail against a wrong model */
         int dfw;
-        ref_dist(l, NV, &p, wrong[w], e);
-        double cw = chi_square(obs, e, NV, draws, &dfw);
+        ref_dist(l, n, &p, wrong[w], e);
+        double cw = chi_square(obs, e, n, draws, &dfw);
         printf("  wrong[%d] chi2 = %.3g", (int)wrong[w], cw);
         assert_true(dfw < 1 || cw > chi_crit(dfw));
     }
     printf("\n");
     tdm_sampler_free(s);
+}
+
+static void run_chi(const char *name, tdm_sampler_params p, const ref_kind *wrong, int n_wrong)
+{
+    run_chi_n(name, p, wrong, n_wrong, NV, 4.0, 100000);
 }
 
 static void test_chi_square(void **state)
@@ -310,6 +317,17 @@ static void test_chi_square(void **state)
     p.min_p = 0.02f;
     p.seed = 5;
     run_chi("top-k 20, top-p .95, min-p .02", p, (ref_kind[]){REF_NO_TEMP}, 1);
+    /* > 1024 candidates: the bucketed top-p path */
+    p = plain(0.7f);
+    p.top_p = 0.8f;
+    p.seed = 6;
+    run_chi_n("3000 tokens, top-p 0.8, temp 0.7", p, (ref_kind[]){REF_NO_TOPP, REF_TEMP_FIRST}, 2, NMAX, 6.0, 20000);
+    p = plain(1.0f);
+    p.top_k = 2000;
+    p.top_p = 0.5f;
+    p.min_p = 0.01f;
+    p.seed = 7;
+    run_chi_n("3000 tokens, k 2000, p .5, min-p", p, (ref_kind[]){REF_NO_TOPP}, 1, NMAX, 6.0, 20000);
 }
 
 /* Large vocabulary, top-p without top-k: the incremental sort path. */
