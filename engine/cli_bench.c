@@ -235,11 +235,19 @@ typedef struct bench_ctx {
     int n_runs;
 } bench_ctx;
 
-/* CPU path: every weight read per token comes from host RAM. */
-static double cpu_path_bound(const bench_ctx *c)
+/* Bytes a decoded token reads on the CPU path: every weight from host RAM,
+ * the KV cache at the run's mean decode position (the CPU forward keeps K and
+ * V in f32: twice the f16 accounting) and the DeltaNet state read + written. */
+static double cpu_path_bytes(const bench_ctx *c, const bench_run *r)
 {
-    double bytes = (double)(c->pm.active_expert_bytes + tdm_proj_dense_bytes(&c->pm));
-    return c->membw > 0 ? c->membw * 1e9 / bytes : 0;
+    double ctx = r->prompt + r->decoded / 2.0;
+    return (double)(c->pm.active_expert_bytes + tdm_proj_dense_bytes(&c->pm)) +
+           2.0 * (double)c->pm.kv_bytes_per_ctx * ctx + 2.0 * (double)c->pm.state_bytes;
+}
+
+static double cpu_path_bound(const bench_ctx *c, const bench_run *r)
+{
+    return c->membw > 0 ? c->membw * 1e9 / cpu_path_bytes(c, r) : 0;
 }
 
 static tdm_status setup_projection(bench_ctx *c, const tdm_gguf *g, tdm_error *err)
@@ -283,13 +291,12 @@ static tdm_status setup_bound(bench_ctx *c, tdm_error *err)
 
 static void print_report(const bench_ctx *c)
 {
-    double bound = cpu_path_bound(c);
     printf("\n%-7s %7s %12s %12s %8s %10s %10s %11s %9s %11s %8s\n", "threads", "prompt",
            "prompt tok/s", "decode tok/s", "hit rate", "cpu ms/tok", "gpu ms/tok", "wait ms/tok",
            "pool GB/s", "bound tok/s", "of bound");
     for (int i = 0; i < c->n_runs; i++) {
         const bench_run *r = &c->runs[i];
-        double dec = r->decoded / r->decode_s;
+        double dec = r->decoded / r->decode_s, bound = cpu_path_bound(c, r);
         printf("%-7d %7d %12.1f %12.2f %8s %10s %10s %11s %9s ", r->threads, r->prompt,
                r->prompt / r->prompt_s, dec, "n/a", "n/a", "n/a", "n/a", "n/a");
         if (bound > 0)
@@ -297,10 +304,11 @@ static void print_report(const bench_ctx *c)
         else
             printf("%11s %8s\n", "n/a", "n/a");
     }
-    printf("(CPU path: bound = host GB/s / %.4f GB read per token%s; hit rate, CPU/GPU/wait ms and "
-           "pool GB/s come with the hybrid executor)\n",
+    printf("(CPU path: bound = host read GB/s / bytes per token: %.4f GB of weights + f32 KV at the "
+           "mean position + DeltaNet state%s; hit rate, CPU/GPU/wait ms and pool GB/s come with the "
+           "hybrid executor)\n",
            (c->pm.active_expert_bytes + tdm_proj_dense_bytes(&c->pm)) / 1e9,
-           bound > 0 ? "" : ", give --membw GBPS for it");
+           c->membw > 0 ? "" : "; --membw GBPS or the probe gives it");
     if (c->have_grid) {
         double eff = c->grid.dram[0].efficiency > 0 ? c->grid.dram[0].efficiency : c->grid.base.efficiency;
         printf("\nhybrid projection with %.1f GB/s host, efficiency %.2f, %s:\n", c->membw, eff,
@@ -323,7 +331,6 @@ static void add_num_or_null(cJSON *o, const char *k, double v, bool have)
 static cJSON *report_json(const bench_ctx *c)
 {
     const bench_opts *o = c->o;
-    double bound = cpu_path_bound(c);
     cJSON *root = cJSON_CreateObject(), *a;
     cJSON_AddStringToObject(root, "format", "tandem-bench");
     cJSON_AddNumberToObject(root, "version", 1);
@@ -359,7 +366,7 @@ static cJSON *report_json(const bench_ctx *c)
     for (int i = 0; i < c->n_runs; i++) {
         const bench_run *r = &c->runs[i];
         cJSON *x = cJSON_CreateObject();
-        double dec = r->decoded / r->decode_s;
+        double dec = r->decoded / r->decode_s, bound = cpu_path_bound(c, r);
         cJSON_AddNumberToObject(x, "threads", r->threads);
         cJSON_AddNumberToObject(x, "prompt_tokens", r->prompt);
         cJSON_AddNumberToObject(x, "gen_tokens", r->decoded);
@@ -371,6 +378,7 @@ static cJSON *report_json(const bench_ctx *c)
                                             "wait_ms_per_token", "pool_gbps"};
         for (int k = 0; k < 5; k++) /* the hybrid executor fills these */
             cJSON_AddNullToObject(x, later[k]);
+        cJSON_AddNumberToObject(x, "bytes_per_token", cpu_path_bytes(c, r));
         add_num_or_null(x, "bound_tok_s", bound, bound > 0);
         cJSON_AddStringToObject(x, "bound", "cpu-dram");
         add_num_or_null(x, "fraction_of_bound", dec / bound, bound > 0);
@@ -480,7 +488,7 @@ int tdm_cli_bench(int argc, char **argv)
             printf("%s%s", tdm_cli_bench_help, tdm_proj_cli_usage);
             return 0;
         }
-    static bench_opts o;
+    bench_opts o;
     o = (bench_opts){.prompts = {512, 4096}, .n_prompts = 2, .gen = 256, .n_gpu_mem = 4,
                      .gpu_mem = {8, 12, 16, 24}, .measure = true};
     o.threads[0] = omp_get_max_threads();
@@ -490,7 +498,7 @@ int tdm_cli_bench(int argc, char **argv)
         return rc;
     if (!o.model)
         o.model = tdm_cli_default_model();
-    static bench_ctx c;
+    bench_ctx c;
     memset(&c, 0, sizeof c);
     c.o = &o;
     c.membw = o.membw > 0 ? o.membw : 0;

@@ -189,7 +189,7 @@ static tdm_status run(const proj_opts *o, tdm_error *err)
 {
     tdm_proj_model m;
     tdm_proj_hitcurve h;
-    static tdm_proj_grid g; /* large; one projection per process (main's thread) */
+    tdm_proj_grid g; /* 8.5 kB */
     tdm_status st = load_model(o, &m, err);
     if (st)
         return st;

@@ -75,6 +75,20 @@ for p in qwen35-35b-a3b qwen3next-80b-a3b qwen3-30b-a3b; do
     validate "$tmp/$p-wide.json" || fail "$p wide JSON"
 done
 
+# 2b. the demo model with its shipped expert profile as the hit curve
+"$BUILD/tools/ddr" -m models/demo/demo-Q4_K_M.gguf --hit-curve profiles/demo.profile.json \
+    --vram 0.492,0.495,0.5,0.505 --reserve-gib 0.49 --quiet --json "$tmp/prof.json" || fail "ddr with a profile"
+validate "$tmp/prof.json" || fail "profile-curve JSON"
+python3 - "$tmp/prof.json" <<'PY' || fail "profile-curve content"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["assumptions"]["hit_model"]["kind"] == "table"
+row = [p for p in d["points"] if p["dram"] == "DDR4-3200 dual"]
+assert not row[0]["fits"] and row[0]["bound"] == "no-fit"
+hits = [p["hit_rate"] for p in row[1:]]
+assert hits == sorted(hits) and 0 < hits[0] < hits[-1] < 1, hits
+PY
+
 # 3. the validator rejects a doctored grid (24 GiB slower than 16 GiB)
 python3 - "$tmp/qwen3next-80b-a3b.json" "$tmp/bad.json" <<'PY'
 import json, sys
