@@ -101,12 +101,14 @@ static void fill_table(tdm_cpu_isa isa)
         g_table.quant[t] = NULL;
         g_table.dot[t] = NULL;
         g_table.dot4[t] = NULL;
+        g_table.dott4[t] = NULL;
         for (int i = nc - 1; i >= 0; i--) {
             if (chain[i]->quant[t])
                 g_table.quant[t] = chain[i]->quant[t];
-            if (chain[i]->dot[t]) { /* dot4 must agree with dot bit for bit: same table */
+            if (chain[i]->dot[t]) { /* dot4/dott4 must agree with dot bit for bit: same table */
                 g_table.dot[t] = chain[i]->dot[t];
                 g_table.dot4[t] = chain[i]->dot4[t];
+                g_table.dott4[t] = chain[i]->dott4[t];
             }
         }
     }
@@ -253,44 +255,81 @@ static inline void prefetch_row(const uint8_t *p, size_t bytes)
 }
 #endif
 
+/* One tdm_matmul_rows call: what the row loops need. */
+typedef struct mm_ctx {
+    tdm_vec_dot_fn dot;
+    tdm_vec_dot4_fn dot4;   /* 4 rows x 1 token, or NULL */
+    tdm_vec_dott4_fn dott4; /* 1 row x 4 tokens, or NULL */
+    int64_t n, r1, pf_rows;
+    const uint8_t *w;
+    size_t w_stride, row_bytes;
+} mm_ctx;
+
+static void prefetch_ahead(const mm_ctx *c, int64_t r, int64_t count)
+{
+    for (int64_t p = r + c->pf_rows; p < r + c->pf_rows + count && p < c->r1; p++)
+        prefetch_row(c->w + (size_t)p * c->w_stride, c->row_bytes);
+}
+
+/* Rows [rt, re) against one activation; `first` = these rows come from DRAM. */
+static void rows_x1(const mm_ctx *c, int64_t rt, int64_t re, const void *xt, float *yt, int first)
+{
+    int64_t r = rt;
+    if (c->dot4) {
+        for (; r + 4 <= re; r += 4) {
+            if (first)
+                prefetch_ahead(c, r, 4);
+            float out[4];
+            c->dot4(c->n, c->w + (size_t)r * c->w_stride, c->w_stride, xt, out);
+            yt[r] = out[0], yt[r + 1] = out[1], yt[r + 2] = out[2], yt[r + 3] = out[3];
+        }
+    }
+    for (; r < re; r++) {
+        if (first)
+            prefetch_ahead(c, r, 1);
+        yt[r] = c->dot(c->n, c->w + (size_t)r * c->w_stride, xt);
+    }
+}
+
+/* Rows [rt, re) against four activations, each weight block unpacked once. */
+static void rows_x4(const mm_ctx *c, int64_t rt, int64_t re, const uint8_t *xt, size_t xq_stride,
+                    float *yt, size_t y_stride, int first)
+{
+    for (int64_t r = rt; r < re; r++) {
+        if (first)
+            prefetch_ahead(c, r, 1);
+        float out[4];
+        c->dott4(c->n, c->w + (size_t)r * c->w_stride, xt, xq_stride, out);
+        for (int k = 0; k < 4; k++)
+            yt[(size_t)k * y_stride + (size_t)r] = out[k];
+    }
+}
+
 /* Rows are taken in tiles that stay in L1/L2 while every token passes over
- * them, so a prompt reads each weight row from DRAM once. */
+ * them, so a prompt reads each weight row from DRAM once; tokens go four at a
+ * time where the ISA has a 4-token kernel. */
 void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, int64_t r0,
                      int64_t r1, const void *xq, size_t xq_stride, int64_t ntok, float *y,
                      size_t y_stride)
 {
-    tdm_vec_dot_fn dot = dot_for("tdm_matmul_rows", wt);
-    tdm_vec_dot4_fn dot4 = table()->dot4[wt];
-    size_t row_bytes = tdm_qtype_row_bytes(wt, n);
-    int64_t tile = row_bytes ? (int64_t)(32768 / row_bytes) : 1;
+    mm_ctx c = {dot_for("tdm_matmul_rows", wt), table()->dot4[wt], table()->dott4[wt], n, r1, 1,
+                w, w_stride, tdm_qtype_row_bytes(wt, n)};
+    int64_t tile = c.row_bytes ? (int64_t)(32768 / c.row_bytes) : 1;
     if (tile < 1)
         tile = 1;
     if (ntok == 1)
         tile = r1 - r0;
-    int64_t pf_rows = row_bytes ? (int64_t)((PREFETCH_BYTES + row_bytes - 1) / row_bytes) : 1;
-    if (pf_rows < 1)
-        pf_rows = 1;
-    const uint8_t *wb = w, *xb = xq;
+    if (c.row_bytes)
+        c.pf_rows = (int64_t)((PREFETCH_BYTES + c.row_bytes - 1) / c.row_bytes);
+    if (c.pf_rows < 1)
+        c.pf_rows = 1;
+    const uint8_t *xb = xq;
     for (int64_t rt = r0; rt < r1; rt += tile) {
-        int64_t re = rt + tile < r1 ? rt + tile : r1;
-        for (int64_t t = 0; t < ntok; t++) {
-            const void *xt = xb + (size_t)t * xq_stride;
-            float *yt = y + (size_t)t * y_stride;
-            int64_t r = rt;
-            if (dot4) {
-                for (; r + 4 <= re; r += 4) {
-                    for (int64_t p = r + pf_rows; t == 0 && p < r + pf_rows + 4 && p < r1; p++)
-                        prefetch_row(wb + (size_t)p * w_stride, row_bytes);
-                    float out[4];
-                    dot4(n, wb + (size_t)r * w_stride, w_stride, xt, out);
-                    yt[r] = out[0], yt[r + 1] = out[1], yt[r + 2] = out[2], yt[r + 3] = out[3];
-                }
-            }
-            for (; r < re; r++) {
-                if (t == 0 && r + pf_rows < r1)
-                    prefetch_row(wb + (size_t)(r + pf_rows) * w_stride, row_bytes);
-                yt[r] = dot(n, wb + (size_t)r * w_stride, xt);
-            }
-        }
+        int64_t re = rt + tile < r1 ? rt + tile : r1, t = 0;
+        for (; c.dott4 && t + 4 <= ntok; t += 4)
+            rows_x4(&c, rt, re, xb + (size_t)t * xq_stride, xq_stride, y + (size_t)t * y_stride,
+                    y_stride, t == 0);
+        for (; t < ntok; t++)
+            rows_x1(&c, rt, re, xb + (size_t)t * xq_stride, y + (size_t)t * y_stride, t == 0);
     }
 }

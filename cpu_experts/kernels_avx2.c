@@ -315,7 +315,7 @@ DEFINE_DOTS(dot_q5_k, step_q5_k, TDM_B_Q5_K, 256, TDM_ACT_Q8_K)
 DEFINE_DOTS(dot_q6_k, step_q6_k, TDM_B_Q6_K, 256, TDM_ACT_Q8_K)
 DEFINE_DOTS(dot_iq4_xs, step_iq4_xs, TDM_B_IQ4_XS, 256, TDM_ACT_Q8_K)
 
-#define DOTS(T, f) .dot[TDM_Q_##T] = f, .dot4[TDM_Q_##T] = f##_x4
+#define DOTS(T, f) .dot[TDM_Q_##T] = f, .dot4[TDM_Q_##T] = f##_x4, .dott4[TDM_Q_##T] = f##_t4
 const tdm_kernel_table tdm_kernels_avx2 = {
     .quant = {[TDM_Q_F32] = quant_f32, [TDM_Q_Q8_0] = quant_q8_0, [TDM_Q_Q8_1] = quant_q8_1,
               [TDM_Q_Q8_K] = quant_q8_k},

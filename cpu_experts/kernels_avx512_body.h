@@ -99,6 +99,20 @@ INLINE void dot_row4_512(int64_t nb, const uint8_t *w, size_t stride, int bsize,
     hsum4_ps(fold512(a0), fold512(a1), fold512(a2), fold512(a3), out);
 }
 
+INLINE void dot_tok4_512(int64_t nb, const uint8_t *w, int bsize, const uint8_t *y, size_t ystride, int ysize,
+                         step512_fn step, float *out)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *x = w + b * bsize, *yb = y + b * ysize;
+        a0 = step(x, yb, a0);
+        a1 = step(x, yb + ystride, a1);
+        a2 = step(x, yb + 2 * ystride, a2);
+        a3 = step(x, yb + 3 * ystride, a3);
+    }
+    hsum4_ps(fold512(a0), fold512(a1), fold512(a2), fold512(a3), out);
+}
+
 #define DEFINE_DOTS512(name, step, bsize)                                                        \
     static float name(int64_t n, const void *w, const void *y)                                  \
     {                                                                                            \
@@ -107,6 +121,10 @@ INLINE void dot_row4_512(int64_t nb, const uint8_t *w, size_t stride, int bsize,
     static void name##_x4(int64_t n, const void *w, size_t stride, const void *y, float *out)   \
     {                                                                                            \
         dot_row4_512(n / 256, w, stride, bsize, y, TDM_ACT_Q8_K, step, out);                     \
+    }                                                                                            \
+    static void name##_t4(int64_t n, const void *w, const void *y, size_t ystride, float *out)  \
+    {                                                                                            \
+        dot_tok4_512(n / 256, w, bsize, y, ystride, TDM_ACT_Q8_K, step, out);                    \
     }
 
 /* ---- float weights ------------------------------------------------------ */
@@ -299,7 +317,7 @@ DEFINE_DOTS512(dot_q2_k, step_q2_k, TDM_B_Q2_K)
 DEFINE_DOTS512(dot_q3_k, step_q3_k, TDM_B_Q3_K)
 DEFINE_DOTS512(dot_iq4_xs, step_iq4_xs, TDM_B_IQ4_XS)
 
-#define DOTS512(T, f) .dot[TDM_Q_##T] = f, .dot4[TDM_Q_##T] = f##_x4
+#define DOTS512(T, f) .dot[TDM_Q_##T] = f, .dot4[TDM_Q_##T] = f##_x4, .dott4[TDM_Q_##T] = f##_t4
 const tdm_kernel_table TDM_AVX512_TABLE = {
     .dot[TDM_Q_F32] = dot_f32, .dot[TDM_Q_F16] = dot_f16, .dot[TDM_Q_BF16] = dot_bf16,
     DOTS512(Q4_0, dot_q4_0), DOTS512(Q5_0, dot_q5_0), DOTS512(Q8_0, dot_q8_0),

@@ -39,10 +39,16 @@ typedef float (*tdm_vec_dot_fn)(int64_t n, const void *w, const void *xq);
 typedef void (*tdm_vec_dot4_fn)(int64_t n, const void *w, size_t w_stride, const void *xq,
                                 float *out);
 
+/* One row against four activations (xq_stride bytes apart): out[t] must
+ * equal the table's dot() with activation t bit for bit. */
+typedef void (*tdm_vec_dott4_fn)(int64_t n, const void *w, const void *xq, size_t xq_stride,
+                                 float *out);
+
 typedef struct tdm_kernel_table {
     tdm_act_quant_fn quant[TDM_Q_COUNT]; /* by activation type: F32, Q8_0, Q8_1, Q8_K */
     tdm_vec_dot_fn dot[TDM_Q_COUNT];     /* by weight type */
     tdm_vec_dot4_fn dot4[TDM_Q_COUNT];   /* optional; taken only with the same table's dot */
+    tdm_vec_dott4_fn dott4[TDM_Q_COUNT]; /* optional; likewise */
 } tdm_kernel_table;
 
 extern const tdm_kernel_table tdm_kernels_scalar;

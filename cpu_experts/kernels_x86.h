@@ -206,6 +206,22 @@ INLINE void dot_row4(int64_t nb, const uint8_t *w, size_t stride, int bsize, con
     hsum4_ps(a0, a1, a2, a3, out);
 }
 
+/* One row against four activations (ystride bytes apart): the four inlined
+ * steps read the same weight block, so the compiler unpacks it once. */
+INLINE void dot_tok4(int64_t nb, const uint8_t *w, int bsize, const uint8_t *y, size_t ystride, int ysize,
+                     step_fn step, float *out)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *x = w + b * bsize, *yb = y + b * ysize;
+        a0 = step(x, yb, a0);
+        a1 = step(x, yb + ystride, a1);
+        a2 = step(x, yb + 2 * ystride, a2);
+        a3 = step(x, yb + 3 * ystride, a3);
+    }
+    hsum4_ps(a0, a1, a2, a3, out);
+}
+
 #define DEFINE_DOTS(name, step, bsize, belems, ysize)                                           \
     static float name(int64_t n, const void *w, const void *y)                                  \
     {                                                                                            \
@@ -214,6 +230,10 @@ INLINE void dot_row4(int64_t nb, const uint8_t *w, size_t stride, int bsize, con
     static void name##_x4(int64_t n, const void *w, size_t stride, const void *y, float *out)   \
     {                                                                                            \
         dot_row4(n / (belems), w, stride, bsize, y, ysize, step, out);                           \
+    }                                                                                            \
+    static void name##_t4(int64_t n, const void *w, const void *y, size_t ystride, float *out)  \
+    {                                                                                            \
+        dot_tok4(n / (belems), w, bsize, y, ystride, ysize, step, out);                          \
     }
 
 /* One signed 32-block (the sign trick) against Q8_0, one float scale per

@@ -531,6 +531,7 @@ static void test_matmul_rows(void **state)
             check_matmul((tdm_qtype)t, name, 13, 0, 13, 3);
             check_matmul((tdm_qtype)t, name, 61, 5, 58, 7);
             check_matmul((tdm_qtype)t, name, 9, 4, 4, 2); /* empty range */
+            check_matmul((tdm_qtype)t, name, 6, 1, 6, 8); /* two 4-token groups */
         }
         printf("  matmul_rows under %s: every type ok\n", name);
     }
