@@ -295,7 +295,7 @@ static int32_t apply_top_p(tdm_sampler *s, int32_t *c, int32_t n, float top_p, f
         float d = lmax - w[c[i]];
         int b = d * scale < TOPP_BUCKETS - 1 ? (int)(d * scale) : TOPP_BUCKETS - 1;
         s->bkt[i] = (uint16_t)b;
-        double e = exp(-(double)d);
+        double e = expf(-d);
         s->bmass[b] += e;
         z += e;
     }
@@ -323,7 +323,7 @@ static int32_t apply_top_p(tdm_sampler *s, int32_t *c, int32_t n, float top_p, f
     }
     sort_best(w, c + j, k - j, k - j);
     for (int32_t i = j; i < k; i++) {
-        cum += exp((double)w[c[i]] - lmax);
+        cum += expf(w[c[i]] - lmax); /* the same rounding as the bucket sums */
         if (cum >= target)
             return i + 1;
     }
