@@ -15,8 +15,9 @@
 #include "gpu_common.cuh"
 
 #define MOE_WARPS 4
-/* warps sharing a row by default (tdm_gpu_tuning.moe_split); bench/gpu_kernels measures both */
-#define MOE_SPLIT_DEFAULT 4
+/* warps sharing a row by default (tdm_gpu_tuning.moe_split): 1 measured faster on the H200
+ * (36.4 vs 45.8 us per Qwen3.5 layer, bench/results/gpu_kernels.json) */
+#define MOE_SPLIT_DEFAULT 1
 #define ROUTER_MAX_EXPERTS 1024
 #define ROUTER_MAX_K 32
 

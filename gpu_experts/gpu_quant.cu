@@ -136,8 +136,12 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu matvec: x must be 16-byte aligned");
     const uint8_t *wb = (const uint8_t *)w;
     int units = (int)(k / 8);
-    /* 2 rows per warp from 3 tokens on (1 or 2 tokens: always 1) */
-    int rpw = ntok <= 2 ? 1 : g->tune.matvec_rows ? g->tune.matvec_rows : 2;
+    /* 2 rows per warp from 3 tokens on, for large matrices only: it halves the
+     * activation loads (1.4-1.6x at 8 tokens on 2048x4096 .. 248320x2048) but
+     * costs parallelism on expert-sized ones (measured, docs/GPU.md) */
+    int rpw = ntok <= 2 ? 1
+              : g->tune.matvec_rows ? g->tune.matvec_rows
+              : rows >= 2048 && units >= 256 ? 2 : 1;
     int wpr = g->tune.matvec_wpr ? g->tune.matvec_wpr
                                  : auto_wpr((rows + rpw - 1) / rpw, units, g->sm_count);
     TDM_QT_DISPATCH(wt, (launch_matvec<QTYPE>(g->stream, wb, row_bytes, rows, units, x, ntok, y,
