@@ -8,6 +8,9 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 export TDM_ROOT=${TDM_ROOT:-$PWD}
+# Idle OpenMP threads sleep instead of spinning: suites run side by side with
+# servers and other processes on small CI machines.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 mode=${1:-all}
 logs=$BUILD/test-logs
 mkdir -p "$logs"
