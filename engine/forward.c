@@ -273,28 +273,44 @@ static const void *act_get(tdm_forward *f, tdm_qtype wt, size_t *stride)
     return a->buf;
 }
 
-/* y[t * y_stride + r] = W_row(r) . input_t for all rows of w (matrix e of a stack). */
-static void matmul_e(tdm_forward *f, const tdm_weight *w, int64_t e, float *y, size_t y_stride)
+#define MM_MAX 4
+
+/* ys[i][t * rows_i + r] = W_i row r . input_t for up to MM_MAX matrices that
+ * share the current input, as one parallel loop over row blocks of all of
+ * them (one barrier instead of one per matrix). */
+static void matmul_multi(tdm_forward *f, int count, const tdm_weight *const *ws, float *const *ys)
 {
-    size_t xs;
-    const void *xq = act_get(f, w->type, &xs);
-    const int nth = par(f, (double)w->rows * w->cols * f->act_n);
-    const int64_t rows = w->rows;
-    int64_t rb = (rows + nth * 4 - 1) / (nth * 4);
+    const void *xq[MM_MAX];
+    size_t xs[MM_MAX];
+    int64_t first[MM_MAX + 1], total_rows = 0;
+    double work = 0;
+    for (int i = 0; i < count; i++) {
+        xq[i] = act_get(f, ws[i]->type, &xs[i]);
+        total_rows += ws[i]->rows;
+        work += (double)ws[i]->rows * ws[i]->cols * f->act_n;
+    }
+    const int nth = par(f, work);
+    int64_t rb = (total_rows + nth * 4 - 1) / (nth * 4);
     if (rb < 4)
         rb = 4;
-    const int64_t nblk = (rows + rb - 1) / rb;
-    const uint8_t *base = (const uint8_t *)w->data + (size_t)e * w->mat_bytes;
+    first[0] = 0;
+    for (int i = 0; i < count; i++)
+        first[i + 1] = first[i] + (ws[i]->rows + rb - 1) / rb;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
-    for (int64_t b = 0; b < nblk; b++) {
-        const int64_t r0 = b * rb, r1 = r0 + rb < rows ? r0 + rb : rows;
-        tdm_matmul_rows(w->type, w->cols, base, w->row_bytes, r0, r1, xq, xs, f->act_n, y, y_stride);
+    for (int64_t b = 0; b < first[count]; b++) {
+        int i = 0;
+        while (b >= first[i + 1])
+            i++;
+        const tdm_weight *w = ws[i];
+        const int64_t r0 = (b - first[i]) * rb, r1 = r0 + rb < w->rows ? r0 + rb : w->rows;
+        tdm_matmul_rows(w->type, w->cols, w->data, w->row_bytes, r0, r1, xq[i], xs[i], f->act_n, ys[i],
+                        (size_t)w->rows);
     }
 }
 
 static void matmul(tdm_forward *f, const tdm_weight *w, float *y)
 {
-    matmul_e(f, w, 0, y, (size_t)w->rows);
+    matmul_multi(f, 1, &w, &y);
 }
 
 static void rmsnorm_rows(tdm_forward *f, const float *x, const tdm_weight *w, float *y, int32_t n)
@@ -336,9 +352,7 @@ static void attention_layer(tdm_forward *f, const tdm_layer *L, int32_t n, int32
     float *vc = f->vcache + (size_t)L->slot * f->n_ctx * kvd;
     rmsnorm_rows(f, f->x, &L->attn_norm, f->xn, n);
     act_set(f, f->xn, n, hp->n_embd);
-    matmul(f, &L->wq, Q);
-    matmul(f, &L->wk, K);
-    matmul(f, &L->wv, V);
+    matmul_multi(f, 3, (const tdm_weight *const[]){&L->wq, &L->wk, &L->wv}, (float *const[]){Q, K, V});
 #pragma omp parallel for schedule(static) num_threads(par(f, (double)n * (H + Hkv) * hd * 8))
     for (int32_t t = 0; t < n; t++) {
         const int64_t pos = pos0 + t;
@@ -419,14 +433,12 @@ static void deltanet_layer(tdm_forward *f, const tdm_layer *L, int32_t n)
     float *S0 = f->ssm + (size_t)L->slot * Hv * dk * dv;
     rmsnorm_rows(f, f->x, &L->attn_norm, f->xn, n);
     act_set(f, f->xn, n, hp->n_embd);
-    matmul(f, &L->ssm_qkv, QKV);
-    matmul(f, &L->ssm_z, Z);
-    if (L->ssm_ba.data) {
-        matmul(f, &L->ssm_ba, bsrc);
-    } else {
-        matmul(f, &L->ssm_beta, bsrc);
-        matmul(f, &L->ssm_alpha, asrc);
-    }
+    if (L->ssm_ba.data)
+        matmul_multi(f, 3, (const tdm_weight *const[]){&L->ssm_qkv, &L->ssm_z, &L->ssm_ba},
+                     (float *const[]){QKV, Z, bsrc});
+    else
+        matmul_multi(f, 4, (const tdm_weight *const[]){&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha},
+                     (float *const[]){QKV, Z, bsrc, asrc});
     deltanet_gates(f, L, n, bsrc, asrc);
     tdm_op_conv_silu(QKV, Y, conv_state, (const float *)L->ssm_conv.data, n, cd, K);
     const float qscale = (float)(1.0 / sqrt((double)dk));
@@ -500,10 +512,9 @@ static tdm_status ffn_layer(tdm_forward *f, const tdm_layer *L, int32_t il, int3
         add_rows(f, f->x, f->moe, n);
         return TDM_OK;
     }
-    matmul(f, &L->router, f->rl);
     float *sg = f->p1; /* [n] shared-expert gate logits */
-    if (L->shexp_gate.data)
-        matmul(f, &L->shexp_gate, sg);
+    matmul_multi(f, L->shexp_gate.data ? 2 : 1, (const tdm_weight *const[]){&L->router, &L->shexp_gate},
+                 (float *const[]){f->rl, sg});
 #pragma omp parallel for schedule(static) num_threads(par(f, (double)n * E * k))
     for (int32_t t = 0; t < n; t++) {
         tdm_op_router_topk(f->rl + (size_t)t * E, E, k, hp->norm_topk, f->ids + (size_t)t * k, f->wts + (size_t)t * k);
