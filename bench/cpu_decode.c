@@ -128,11 +128,16 @@ int main(int argc, char **argv)
     cJSON_AddStringToObject(root, "host", host);
     cJSON_AddStringToObject(root, "isa", tdm_cpu_isa_name(tdm_cpu_isa_active()));
     cJSON_AddNumberToObject(root, "cpus", all);
+    const char *wp = getenv("OMP_WAIT_POLICY");
+    cJSON_AddStringToObject(root, "omp_wait_policy", wp ? wp : "default");
+    double load[1] = {0};
+    if (getloadavg(load, 1) == 1)
+        cJSON_AddNumberToObject(root, "load_average_1min", load[0]);
     cJSON_AddNumberToObject(root, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(root, "decode_tokens", n_decode);
     cJSON *arr = cJSON_AddArrayToObject(root, "results");
-    printf("cpu_decode on %s (%d CPUs, ISA %s), prompt %d tokens, decode %d tokens\n", host, all,
-           tdm_cpu_isa_name(tdm_cpu_isa_active()), n_prompt, n_decode);
+    printf("cpu_decode on %s (%d CPUs, ISA %s, OMP_WAIT_POLICY %s, load %.1f), prompt %d tokens, decode %d tokens\n",
+           host, all, tdm_cpu_isa_name(tdm_cpu_isa_active()), wp ? wp : "default", load[0], n_prompt, n_decode);
     printf("%-44s %7s %12s %12s %12s\n", "model", "threads", "prompt tok/s", "decode tok/s", "decode GB/s");
     for (int mi = 0; mi < n_models; mi++) {
         tdm_model *m;
