@@ -139,6 +139,9 @@ static tdm_status read_hparams(tdm_model *m, tdm_error *err)
         return tdm_error_set(err, TDM_ERR_FORMAT, "%s.nextn_predict_layers %d >= block_count %d",
                              mt.arch, hp->n_nextn, block_count);
     hp->n_layer = block_count - hp->n_nextn;
+    if (hp->n_layer < 1 || hp->n_layer > 4096)
+        return tdm_error_set(err, TDM_ERR_FORMAT, "%s.block_count %d leaves %d trunk layers", mt.arch, block_count,
+                             hp->n_layer);
     hp->attn_gated = hp->arch != TDM_ARCH_QWEN3MOE;
     hp->vhead_tiled = hp->arch == TDM_ARCH_QWEN35MOE;
     if (hp->arch == TDM_ARCH_QWEN3MOE)

@@ -145,6 +145,7 @@ static void test_bad_metadata(void **state)
     expect(&(edit){.key = "qwen35moe.rope.dimension_count", .value = 7}, TDM_ERR_FORMAT, "dimension_count 7");
     expect(&(edit){.key = "qwen35moe.block_count", .value = 6}, TDM_ERR_FORMAT, "blk.5.");
     expect(&(edit){.arch = "llama"}, TDM_ERR_UNSUPPORTED, "llama");
+    expect(&(edit){.key = "qwen35moe.block_count", .value = 0}, TDM_ERR_FORMAT, "block_count 0");
     /* the interval decides the layer kinds: with 5 every layer but the 5th is DeltaNet */
     expect(&(edit){.key = "qwen35moe.full_attention_interval", .value = 5}, TDM_ERR_FORMAT, "blk.2.attn_qkv.weight");
 }
