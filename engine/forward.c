@@ -59,6 +59,8 @@ struct tdm_forward {
 
     tdm_forward_route_fn hook;
     void *hook_user;
+    tdm_forward_moe_fn moe_fn;  /* NULL: routed experts on the CPU here */
+    void *moe_user;
     float *capture;
     tdm_deltanet_mode dn_mode;
     size_t bytes;
@@ -213,6 +215,12 @@ void tdm_forward_set_route_hook(tdm_forward *f, tdm_forward_route_fn fn, void *u
 {
     f->hook = fn;
     f->hook_user = user;
+}
+
+void tdm_forward_set_moe_backend(tdm_forward *f, tdm_forward_moe_fn fn, void *user)
+{
+    f->moe_fn = fn;
+    f->moe_user = user;
 }
 
 void tdm_forward_set_deltanet_mode(tdm_forward *f, tdm_deltanet_mode mode) { f->dn_mode = mode; }
@@ -524,8 +532,12 @@ static tdm_status ffn_layer(tdm_forward *f, const tdm_layer *L, int32_t il, int3
     if (f->hook)
         for (int32_t t = 0; t < n; t++)
             f->hook(f->hook_user, pos0 + t, il, k, f->ids + (size_t)t * k, f->wts + (size_t)t * k);
-    tdm_experts_desc de = expert_desc(&L->gate_exps, &L->up_exps, &L->down_exps);
-    st = tdm_experts_run(&de, f->xn, n, f->sel, n * k, f->moe, false, f->ex, err);
+    if (f->moe_fn) {
+        st = f->moe_fn(f->moe_user, il, f->xn, n, k, f->ids, f->wts, f->moe, err);
+    } else {
+        tdm_experts_desc de = expert_desc(&L->gate_exps, &L->up_exps, &L->down_exps);
+        st = tdm_experts_run(&de, f->xn, n, f->sel, n * k, f->moe, false, f->ex, err);
+    }
     if (st)
         return st;
     if (L->gate_shexp.data) {

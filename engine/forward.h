@@ -73,6 +73,16 @@ void tdm_forward_rec_save(const tdm_forward *f, float *dst);
 void tdm_forward_rec_load(tdm_forward *f, const float *src);
 
 void tdm_forward_set_route_hook(tdm_forward *f, tdm_forward_route_fn fn, void *user);
+
+/* MoE backend: computes the routed experts of MoE layer `layer` for n tokens
+ * instead of the CPU forward's own tdm_experts_run. x: [n][n_embd] (the
+ * post-norm input), ids/weights: [n][k] (descending probability, weights
+ * renormalised); out: [n][n_embd] overwritten with the weighted sum of the
+ * routed experts (the forward adds the shared expert after it). The hybrid
+ * executor (engine/executor.h) plugs in here; NULL restores the CPU path. */
+typedef tdm_status (*tdm_forward_moe_fn)(void *user, int32_t layer, const float *x, int32_t n, int32_t k,
+                                         const int32_t *ids, const float *weights, float *out, tdm_error *err);
+void tdm_forward_set_moe_backend(tdm_forward *f, tdm_forward_moe_fn fn, void *user);
 void tdm_forward_set_deltanet_mode(tdm_forward *f, tdm_deltanet_mode mode);
 /* Debug capture for the next tdm_forward_eval calls (NULL to stop): hidden is
  * [n_layer+1][n][n_embd] for an eval of n tokens: entry 0 = embedding, entry i
