@@ -1,0 +1,96 @@
+/* pool: the CPU expert pool of the hybrid executor (DESIGN.md §1 step 3).
+ *
+ * A persistent driver thread owns an OpenMP team pinned one thread per
+ * physical core (engine/topology.h). It waits on a mailbox: the device side
+ * (the GPU, or the host emulation) writes one layer's routed activation and
+ * top-k ids/weights, then bumps dev_seq (release). The driver sees the bump
+ * (acquire), computes the experts that MISS the cache (residency table entry
+ * -1) with tdm_experts_run on the mmapped weights, writes their weighted sum to
+ * out and stores pool_seq = dev_seq (release). The device side computes the
+ * hits meanwhile, waits for pool_seq (acquire) and merges. A layer whose
+ * selections all hit is never published: the pool is not woken.
+ *
+ * Waiting: the driver spins `spin` rounds (pause), then sched_yield()s, then
+ * sleeps on a futex of dev_seq with a 1 ms timeout (so a publisher that cannot
+ * wake it, a GPU kernel, still gets served within a millisecond; a host
+ * publisher wakes it at once). Layout and ordering: docs/EXECUTOR.md.
+ *
+ * Ownership: the pool borrows the model, the topology and the residency
+ * table; it owns the mailbox buffers (sized for max_tok tokens at creation:
+ * for the GPU they will be cudaHostAllocMapped), the scratch and the thread.
+ * Nothing is allocated per job. One device-side thread publishes at a time.
+ */
+#ifndef TDM_POOL_H
+#define TDM_POOL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "experts.h"
+#include "model.h"
+#include "status.h"
+#include "topology.h"
+
+/* The shared hand-off block. The flags sit on their own cache lines. */
+typedef struct tdm_mailbox {
+    _Alignas(64) _Atomic uint32_t dev_seq;   /* device -> pool: number of the job published */
+    _Alignas(64) _Atomic uint32_t pool_seq;  /* pool -> device: number of the job finished */
+    _Atomic uint32_t pool_sleeping;          /* 1 while the driver sleeps on the futex */
+    _Atomic uint32_t stop;                   /* set by tdm_pool_free */
+    /* job payload, written before dev_seq is bumped */
+    _Alignas(64) int32_t layer;
+    int32_t n_tok;                           /* <= max_tok */
+    int32_t k;                               /* ids per token (the model's n_expert_used) */
+    int32_t *ids;                            /* [max_tok][k] top-k expert ids */
+    float *weights;                          /* [max_tok][k] their weights */
+    float *x;                                /* [max_tok][n_embd] routed activation (normed) */
+    /* result, written before pool_seq is bumped */
+    float *out;                              /* [max_tok][n_embd] sum over the missed experts */
+    int32_t n_miss;                          /* selections computed */
+    tdm_status status;                       /* TDM_OK or the failure of the job */
+    char msg[TDM_ERROR_MSG_MAX];
+} tdm_mailbox;
+
+typedef struct tdm_pool_params {
+    const tdm_model *model;
+    const tdm_topology *topo; /* NULL: threads are not pinned */
+    int n_threads;            /* 0: tdm_topology_default_threads (or 1 without a topology) */
+    int32_t max_tok;          /* tokens per job */
+    int spin;                 /* pause rounds before yielding; 0: 20000 */
+} tdm_pool_params;
+
+typedef struct tdm_pool_stats {
+    int64_t jobs;             /* layers the pool computed */
+    int64_t misses;           /* selections computed */
+    double ms;                /* time inside the jobs */
+    uint64_t bytes;           /* expert weight bytes read (each distinct expert once per job) */
+} tdm_pool_stats;
+
+typedef struct tdm_pool tdm_pool;
+
+/* Starts the driver thread. residency may be set later (NULL: all miss). */
+tdm_status tdm_pool_new(const tdm_pool_params *p, tdm_pool **out, tdm_error *err);
+/* Stops and joins the driver; the mailbox is freed. */
+void tdm_pool_free(tdm_pool *p);
+
+int tdm_pool_threads(const tdm_pool *p);
+/* Whether every team thread got pinned (false without a topology). */
+bool tdm_pool_pinned(const tdm_pool *p);
+tdm_mailbox *tdm_pool_mailbox(tdm_pool *p);
+/* [n_layer * n_expert] slot or -1, read by the driver during jobs; change it
+ * only while no job is outstanding. */
+void tdm_pool_set_residency(tdm_pool *p, const int32_t *residency);
+
+/* Device side: the payload is written; publishes it and returns the job's seq. */
+uint32_t tdm_pool_publish(tdm_pool *p);
+/* Device side: waits until job seq is done (spin, then yield); adds the time
+ * spent waiting to *wait_ms when not NULL. Returns the job's status (message
+ * in err). */
+tdm_status tdm_pool_wait(tdm_pool *p, uint32_t seq, double *wait_ms, tdm_error *err);
+
+/* Valid after tdm_pool_wait returned (the counters are the driver's). */
+void tdm_pool_get_stats(const tdm_pool *p, tdm_pool_stats *out);
+
+#endif

@@ -1,0 +1,261 @@
+/* executor: split, publish, compute hits, wait, merge; policy between passes. */
+#include "executor.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct tdm_executor {
+    const tdm_model *m;
+    const tdm_hparams *hp;
+    tdm_expert_cache *cache;
+    tdm_pool *pool;
+    int dev_threads;
+    int32_t max_batch, k, first_moe;
+    tdm_experts_scratch *ex;  /* device side (hits) */
+    tdm_expert_sel *hit;      /* [max_batch * k] (token, slot, weight) */
+    int32_t *log;             /* [n_layer][max_batch][k] routing of the pass, for the policy */
+    uint8_t *logged;          /* [n_layer] */
+    int32_t log_n;            /* tokens of the logged pass */
+    int64_t token;            /* next token index for the policy */
+    tdm_executor_stats st;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+void tdm_executor_params_init(tdm_executor_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->n_slots = -1;
+    p->n_ctx = 4096;
+    p->max_batch = 512;
+    p->policy = -1;
+}
+
+static tdm_status make_cache(tdm_executor *x, const tdm_executor_params *p, tdm_error *err)
+{
+    int32_t n_slots = p->n_slots;
+    if (n_slots < 0) {
+        if (!p->gpu_mem)
+            return tdm_error_set(err, TDM_ERR_INVALID, "executor: give n_slots >= 0 or a gpu_mem budget");
+        tdm_budget b;
+        tdm_status st = tdm_budget_plan(x->m, p->n_ctx, p->max_batch, p->gpu_mem, &b, err);
+        if (st)
+            return st;
+        n_slots = b.n_slots;
+    }
+    const int policy = p->policy >= 0 ? p->policy : p->profile ? TDM_CACHE_STATIC : TDM_CACHE_LAYER;
+    tdm_cache_params cp;
+    tdm_cache_params_init(&cp, (tdm_cache_policy)policy, x->hp->n_layer, x->hp->n_expert, x->hp->n_expert_used,
+                          n_slots);
+    cp.profile = p->profile;
+    if (p->adapt_every > 0)
+        cp.adapt_every = p->adapt_every;
+    return tdm_expert_cache_new(x->m, &cp, p->dev ? p->dev : tdm_expert_device_host(), &x->cache, err);
+}
+
+tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, tdm_executor **out, tdm_error *err)
+{
+    *out = NULL;
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    if (p->max_batch < 1 || p->n_ctx < 1 || p->dev_threads < 0 || p->n_threads < 0)
+        return tdm_error_set(err, TDM_ERR_INVALID, "executor: bad parameters (max_batch %d, n_ctx %d, threads %d/%d)",
+                             p->max_batch, p->n_ctx, p->n_threads, p->dev_threads);
+    if (hp->n_expert < 1 || hp->n_expert_used < 1 || hp->n_expert_used > 64)
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "executor: the model has %d experts, %d used (need 1..64 used)",
+                             hp->n_expert, hp->n_expert_used);
+    tdm_executor *x = calloc(1, sizeof *x);
+    if (!x)
+        return tdm_error_set(err, TDM_ERR_OOM, "executor: out of memory");
+    x->m = m;
+    x->hp = hp;
+    x->dev_threads = p->dev_threads ? p->dev_threads : 1;
+    x->max_batch = p->max_batch;
+    x->k = hp->n_expert_used;
+    x->first_moe = -1;
+    int64_t max_ff = 1;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const tdm_layer *L = tdm_model_layer(m, il);
+        if (L->ffn == TDM_FFN_MOE && L->gate_exps.data) {
+            x->first_moe = x->first_moe < 0 ? il : x->first_moe;
+            max_ff = L->gate_exps.rows > max_ff ? L->gate_exps.rows : max_ff;
+        }
+    }
+    const size_t nk = (size_t)p->max_batch * (size_t)x->k;
+    x->hit = malloc(nk * sizeof *x->hit);
+    x->log = malloc((size_t)hp->n_layer * nk * sizeof *x->log);
+    x->logged = calloc((size_t)hp->n_layer, 1);
+    tdm_status st = TDM_OK;
+    if (!x->hit || !x->log || !x->logged)
+        st = tdm_error_set(err, TDM_ERR_OOM, "executor: out of memory");
+    if (!st)
+        st = make_cache(x, p, err);
+    if (!st) {
+        int32_t ns = tdm_expert_cache_n_slots(x->cache);
+        st = tdm_experts_scratch_new(hp->n_embd, max_ff, p->max_batch, (int32_t)nk, ns > 0 ? ns : 1, &x->ex, err);
+    }
+    if (!st) {
+        tdm_pool_params pp = {.model = m, .topo = p->topo, .n_threads = p->n_threads, .max_tok = p->max_batch};
+        st = tdm_pool_new(&pp, &x->pool, err);
+    }
+    if (st) {
+        tdm_executor_free(x);
+        return st;
+    }
+    tdm_pool_set_residency(x->pool, tdm_expert_cache_residency(x->cache));
+    *out = x;
+    return TDM_OK;
+}
+
+void tdm_executor_free(tdm_executor *x)
+{
+    if (!x)
+        return;
+    tdm_pool_free(x->pool);
+    tdm_expert_cache_free(x->cache);
+    tdm_experts_scratch_free(x->ex);
+    free(x->hit);
+    free(x->log);
+    free(x->logged);
+    free(x);
+}
+
+void tdm_executor_attach(tdm_executor *x, tdm_forward *f) { tdm_forward_set_moe_backend(f, tdm_executor_moe, x); }
+
+tdm_status tdm_executor_flush(tdm_executor *x, tdm_error *err)
+{
+    const int32_t L = x->hp->n_layer, k = x->k;
+    const size_t nk = (size_t)x->max_batch * (size_t)k;
+    tdm_status st = TDM_OK;
+    for (int32_t t = 0; t < x->log_n && !st; t++)
+        for (int32_t il = 0; il < L && !st; il++)
+            if (x->logged[il])
+                st = tdm_expert_cache_record(x->cache, x->token + t, il, x->log + (size_t)il * nk + (size_t)t * k, k,
+                                             err);
+    x->token += x->log_n;
+    x->log_n = 0;
+    memset(x->logged, 0, (size_t)L);
+    return st;
+}
+
+/* The emulated device side: the hits from the arena on its own small team. */
+static tdm_status device_hits(tdm_executor *x, int32_t layer, const float *in, int32_t n, int32_t nh, float *out,
+                              tdm_error *err)
+{
+    if (nh == 0) {
+        memset(out, 0, (size_t)n * (size_t)x->hp->n_embd * sizeof(float));
+        return TDM_OK;
+    }
+    tdm_experts_desc d = tdm_expert_cache_desc(x->cache, layer);
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(x->dev_threads);
+    tdm_status st = tdm_experts_run(&d, in, n, x->hit, nh, out, false, x->ex, err);
+    omp_set_num_threads(saved);
+    return st;
+}
+
+tdm_status tdm_executor_moe(void *user, int32_t layer, const float *in, int32_t n, int32_t k, const int32_t *ids,
+                            const float *weights, float *out, tdm_error *err)
+{
+    tdm_executor *x = user;
+    const tdm_hparams *hp = x->hp;
+    const int32_t E = hp->n_expert;
+    if (layer < 0 || layer >= hp->n_layer || n < 1 || n > x->max_batch || k != x->k)
+        return tdm_error_set(err, TDM_ERR_INVALID, "executor: layer %d, %d tokens (max %d), k %d (model %d)", layer, n,
+                             x->max_batch, k, x->k);
+    tdm_status st;
+    if (layer == x->first_moe) {
+        if (x->log_n && (st = tdm_executor_flush(x, err)))
+            return st;
+        x->st.tokens += n;
+    }
+    const int32_t *res = tdm_expert_cache_residency(x->cache);
+    const bool any_slot = tdm_expert_cache_n_slots(x->cache) > 0;
+    int32_t nh = 0, nm = 0;
+    for (int32_t i = 0; i < n * k; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= E)
+            return tdm_error_set(err, TDM_ERR_INVALID, "executor: layer %d: expert id %d out of range", layer, e);
+        const int32_t slot = any_slot ? res[(size_t)layer * E + e] : -1;
+        if (slot >= 0)
+            x->hit[nh++] = (tdm_expert_sel){i / k, slot, weights[i]};
+        else
+            nm++;
+    }
+    uint32_t seq = 0;
+    tdm_mailbox *mb = tdm_pool_mailbox(x->pool);
+    const size_t xb = (size_t)n * (size_t)hp->n_embd * sizeof(float);
+    if (nm) { /* what the GPU's publish kernel writes to mapped memory */
+        mb->layer = layer;
+        mb->n_tok = n;
+        memcpy(mb->ids, ids, (size_t)n * k * sizeof *ids);
+        memcpy(mb->weights, weights, (size_t)n * k * sizeof *weights);
+        memcpy(mb->x, in, xb);
+        seq = tdm_pool_publish(x->pool);
+        x->st.pool_wakes++;
+    }
+    const double t0 = now_ms();
+    st = device_hits(x, layer, in, n, nh, out, err);
+    x->st.dev_ms += now_ms() - t0;
+    if (nm) { /* wait even after a device error: the pool still owns the mailbox */
+        tdm_error perr = {0};
+        tdm_status pst = tdm_pool_wait(x->pool, seq, &x->st.wait_ms, &perr);
+        if (!st && pst)
+            st = tdm_error_set(err, pst, "%s", perr.msg);
+        if (!st)
+            for (size_t i = 0; i < (size_t)n * (size_t)hp->n_embd; i++)
+                out[i] += mb->out[i];
+    }
+    if (st)
+        return st;
+    tdm_expert_cache_count(x->cache, layer, nh, nm);
+    x->st.layers++;
+    x->st.hits += nh;
+    x->st.misses += nm;
+    memcpy(x->log + (size_t)layer * x->max_batch * k, ids, (size_t)n * k * sizeof *ids);
+    x->logged[layer] = 1;
+    x->log_n = n;
+    return TDM_OK;
+}
+
+void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out)
+{
+    *out = x->st;
+    tdm_pool_stats ps;
+    tdm_pool_get_stats(x->pool, &ps);
+    out->pool_ms = ps.ms;
+    out->pool_bytes = ps.bytes;
+    tdm_expert_cache_stats cs;
+    tdm_expert_cache_get_stats(x->cache, &cs);
+    out->swaps = cs.swaps;
+    out->bytes_moved = cs.bytes_moved;
+    out->n_slots = tdm_expert_cache_n_slots(x->cache);
+    out->slot_bytes = tdm_expert_cache_slot_bytes(x->cache);
+    out->pool_threads = tdm_pool_threads(x->pool);
+}
+
+void tdm_executor_format_stats(const tdm_executor *x, char *buf, size_t cap)
+{
+    tdm_executor_stats s;
+    tdm_executor_get_stats(x, &s);
+    const double nt = s.tokens > 0 ? (double)s.tokens : 1.0, sel = (double)(s.hits + s.misses);
+    snprintf(buf, cap,
+             "hybrid (emulated): %d slots x %.2f MiB | hit rate %.1f%% (%lld/%lld) | pool %d threads, woken %lld/%lld "
+             "layers, %.3f ms/token, %.2f MB/token, %.2f GB/s | wait %.3f ms/token | device %.3f ms/token | "
+             "swaps %lld (%.2f MB moved)",
+             s.n_slots, (double)s.slot_bytes / 1048576.0, sel > 0 ? 100.0 * (double)s.hits / sel : 0.0,
+             (long long)s.hits, (long long)(s.hits + s.misses), s.pool_threads, (long long)s.pool_wakes,
+             (long long)s.layers, s.pool_ms / nt, (double)s.pool_bytes / 1e6 / nt,
+             s.pool_ms > 0 ? (double)s.pool_bytes / 1e6 / s.pool_ms : 0.0, s.wait_ms / nt, s.dev_ms / nt,
+             (long long)s.swaps, (double)s.bytes_moved / 1e6);
+}
+
+tdm_expert_cache *tdm_executor_cache(tdm_executor *x) { return x->cache; }
+tdm_pool *tdm_executor_pool(tdm_executor *x) { return x->pool; }

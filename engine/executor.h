@@ -1,0 +1,87 @@
+/* executor: the hybrid per-layer MoE schedule (DESIGN.md §1), CPU half.
+ *
+ * Per MoE layer, for the n tokens of a batch with their top-k ids/weights:
+ *   1. split the selections with the residency table (expert cache): hit ->
+ *      (token, slot, weight), miss -> left to the pool;
+ *   2. if anything missed: publish x and the top-k into the pool's mailbox
+ *      (pool.h); the pool computes the misses from the mmapped weights;
+ *   3. at the same time the device side computes the hits from the slot arena
+ *      (the cached copies, not the file); in this CPU-only emulation on the
+ *      calling thread with its own small OpenMP team (dev_threads, default 1)
+ *      so the pool's pinned team keeps its cores;
+ *   4. wait for the pool's flag and merge out = routed(hit) + routed(miss);
+ *      the forward then adds the shared expert.
+ * Between forward passes (at the first MoE layer of the next pass, or at
+ * tdm_executor_flush) the passed routing is fed to the cache policy, whose
+ * swaps are executed as slot copies. The real GPU keeps this schedule and
+ * protocol (docs/EXECUTOR.md); only step 3 and the publish move to CUDA.
+ *
+ * Ownership: borrows the model (and the profile/topology during new); owns
+ * the expert cache, the pool and all buffers, sized at creation for
+ * max_batch tokens. Never allocates per token. One thread at a time.
+ */
+#ifndef TDM_EXECUTOR_H
+#define TDM_EXECUTOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache_policy.h"
+#include "expert_cache.h"
+#include "forward.h"
+#include "model.h"
+#include "pool.h"
+#include "profile.h"
+#include "status.h"
+#include "topology.h"
+
+typedef struct tdm_executor_params {
+    int32_t n_slots;              /* expert slots; -1: as many as gpu_mem allows (ledger) */
+    uint64_t gpu_mem;             /* VRAM budget in bytes for the ledger (with n_slots -1) */
+    int32_t n_ctx;                /* positions (ledger: KV cache) */
+    int32_t max_batch;            /* tokens per forward batch (buffers, ledger scratch) */
+    int policy;                   /* tdm_cache_policy, or -1: static with a profile, layer without */
+    const tdm_profile *profile;   /* NULL: layer-order fill */
+    const tdm_topology *topo;     /* NULL: pool not pinned */
+    int n_threads;                /* pool threads; 0: physical cores - 1 */
+    int dev_threads;              /* emulated device-side threads; 0: 1 */
+    int32_t adapt_every;          /* 0: the policy default */
+    const tdm_expert_device *dev; /* NULL: host memory */
+} tdm_executor_params;
+
+typedef struct tdm_executor_stats {
+    int64_t tokens;               /* token positions through the first MoE layer */
+    int64_t layers;               /* MoE layer calls */
+    int64_t hits, misses;         /* selections */
+    int64_t pool_wakes;           /* layer calls published to the pool */
+    double pool_ms, wait_ms, dev_ms; /* pool compute; device waiting for the pool; device hit compute */
+    uint64_t pool_bytes;          /* weight bytes the pool read */
+    int64_t swaps;
+    uint64_t bytes_moved;         /* slot copies after the fill */
+    int32_t n_slots;
+    size_t slot_bytes;
+    int pool_threads;
+} tdm_executor_stats;
+
+typedef struct tdm_executor tdm_executor;
+
+void tdm_executor_params_init(tdm_executor_params *p);
+tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, tdm_executor **out, tdm_error *err);
+void tdm_executor_free(tdm_executor *x);
+
+/* Makes f run its routed experts through x (tdm_forward_set_moe_backend). */
+void tdm_executor_attach(tdm_executor *x, tdm_forward *f);
+/* The backend function (tdm_forward_moe_fn; user = the executor). */
+tdm_status tdm_executor_moe(void *user, int32_t layer, const float *x, int32_t n, int32_t k, const int32_t *ids,
+                            const float *weights, float *out, tdm_error *err);
+/* Feeds the routing of the last pass to the policy and executes its swaps. */
+tdm_status tdm_executor_flush(tdm_executor *x, tdm_error *err);
+
+void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out);
+/* One line for stderr: hit rate, pool/wait/device ms and pool GB/s per token. */
+void tdm_executor_format_stats(const tdm_executor *x, char *buf, size_t cap);
+tdm_expert_cache *tdm_executor_cache(tdm_executor *x);
+tdm_pool *tdm_executor_pool(tdm_executor *x);
+
+#endif

@@ -1,0 +1,139 @@
+/* expert_cache: the GPU expert cache (DESIGN.md §2) and the VRAM budget ledger.
+ *
+ * The cache is one arena of n_slots fixed-size slots; a slot holds one routed
+ * expert as gate|up|down in the file's quant types, laid out exactly as the
+ * file's rows (so the same kernels run on a slot as on the mmapped weights).
+ * slot_bytes = max over MoE layers of one expert's three matrices.
+ * Which (layer, expert) sits in which slot is decided by a profiles/
+ * cache_policy.h tdm_cache: layer order without a profile, hottest first with
+ * one; adaptive / demand policies plan swaps, which tdm_expert_cache_record
+ * executes at once as slot copies (call it between tokens, never while a
+ * kernel reads the arena).
+ *
+ * The arena memory comes from a tdm_expert_device: a table of function
+ * pointers (alloc the arena, copy one expert into a slot, sync the copies).
+ * tdm_expert_device_host() keeps the arena in plain host memory (the CPU-only
+ * emulation, and CI); the CUDA implementation will allocate it with
+ * cudaMalloc and copy on the gpu.h copy stream (docs/EXECUTOR.md).
+ *
+ * Ownership: the cache borrows the model (its mmapped expert views are the
+ * copy sources) and the device table (which must outlive it); it owns the
+ * arena (freed through the device), the policy and the counters. Nothing is
+ * allocated after tdm_expert_cache_new(). One thread at a time.
+ */
+#ifndef TDM_EXPERT_CACHE_H
+#define TDM_EXPERT_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache_policy.h"
+#include "experts.h"
+#include "model.h"
+#include "status.h"
+
+/* Where the arena lives. ctx is passed back to every call. */
+typedef struct tdm_expert_device {
+    const char *name;
+    void *ctx;
+    /* *arena = bytes of device memory (64-byte aligned at least). */
+    tdm_status (*arena_alloc)(void *ctx, size_t bytes, void **arena, tdm_error *err);
+    void (*arena_free)(void *ctx, void *arena);
+    /* Copies n source blocks (host, mmapped) back to back to arena + offset;
+     * may be asynchronous until sync. */
+    tdm_status (*copy)(void *ctx, void *arena, size_t offset, int n, const void *const *src, const size_t *bytes,
+                       tdm_error *err);
+    /* Returns when every copy issued so far is visible to the compute side. */
+    tdm_status (*sync)(void *ctx, tdm_error *err);
+} tdm_expert_device;
+
+/* Plain host memory (aligned_alloc, memcpy); immutable, shared. */
+const tdm_expert_device *tdm_expert_device_host(void);
+
+typedef struct tdm_expert_cache tdm_expert_cache;
+
+/* Bytes of one slot for model m (0 when it has no MoE layer). */
+size_t tdm_expert_cache_slot_bytes_for(const tdm_model *m);
+
+/* p: the policy parameters (n_layer, n_expert, k must match the model; the
+ * profile, when set, is checked against the model's dimensions by the
+ * policy). n_slots may be 0 (every expert misses). Fills the slots at once
+ * (copies through dev) and syncs. */
+tdm_status tdm_expert_cache_new(const tdm_model *m, const tdm_cache_params *p, const tdm_expert_device *dev,
+                                tdm_expert_cache **out, tdm_error *err);
+void tdm_expert_cache_free(tdm_expert_cache *c);
+
+int32_t tdm_expert_cache_n_slots(const tdm_expert_cache *c);
+size_t tdm_expert_cache_slot_bytes(const tdm_expert_cache *c);
+/* Slot of (layer, expert) or -1. */
+int32_t tdm_expert_cache_slot(const tdm_expert_cache *c, int32_t layer, int32_t expert);
+/* [n_layer * n_expert]: slot or -1; stable between two record calls. */
+const int32_t *tdm_expert_cache_residency(const tdm_expert_cache *c);
+/* The arena's base (device memory for a device implementation). */
+const void *tdm_expert_cache_arena(const tdm_expert_cache *c);
+
+/* Layer il's experts as they sit in the arena: expert id i of this desc is
+ * slot i (n_expert = n_slots). For tdm_experts_run on the cached copies. */
+tdm_experts_desc tdm_expert_cache_desc(const tdm_expert_cache *c, int32_t il);
+
+/* Adds the hits/misses the executor resolved for layer il. */
+void tdm_expert_cache_count(tdm_expert_cache *c, int32_t il, int64_t hits, int64_t misses);
+
+/* Feeds one (token, layer) routing to the policy and executes the swaps it
+ * plans (slot copies, then sync). Between tokens only. */
+tdm_status tdm_expert_cache_record(tdm_expert_cache *c, int64_t token, int32_t il, const int32_t *ids, int32_t n,
+                                   tdm_error *err);
+
+typedef struct tdm_expert_cache_stats {
+    int64_t hits, misses;   /* over all layers, as counted by the executor */
+    int64_t swaps;          /* slot copies after the initial fill */
+    uint64_t bytes_filled;  /* bytes copied by the initial fill */
+    uint64_t bytes_moved;   /* bytes copied by swaps */
+} tdm_expert_cache_stats;
+
+void tdm_expert_cache_get_stats(const tdm_expert_cache *c, tdm_expert_cache_stats *out);
+/* Per-layer counters (0 for il out of range). */
+int64_t tdm_expert_cache_layer_hits(const tdm_expert_cache *c, int32_t il);
+int64_t tdm_expert_cache_layer_misses(const tdm_expert_cache *c, int32_t il);
+
+/* ---- the VRAM budget ledger ----
+ * Every byte the GPU will hold, planned before anything is allocated:
+ *   weights   every non-routed-expert tensor of the file (attention, DeltaNet,
+ *             norms, routers, shared experts, embeddings, output head, MTP)
+ *   kv        n_attn_layers * n_ctx * 2 * n_head_kv * head_dim * 4 (f32 K and V)
+ *   deltanet  n_rec_layers * ((K-1) * conv_dim + H_v * d_k * d_v) * 4
+ *   scratch   max_batch * 4 * (4 * n_embd + 3 * wide + n_expert + n_vocab) with
+ *             wide = max(q rows (x2 gated), conv_dim, k * n_ff_exp, n_ff_shexp)
+ *             plus 2 staging slots (prefill streaming, double buffered)
+ *   slots     the rest, in whole slots, at most n_moe_layers * n_expert. */
+typedef struct tdm_budget_inputs {
+    uint64_t weight_bytes, kv_bytes, deltanet_bytes, scratch_bytes;
+    uint64_t slot_bytes;
+    int64_t max_slots;          /* n_moe_layers * n_expert */
+    uint64_t kv_bytes_per_pos;  /* for the "what would fit" answer */
+} tdm_budget_inputs;
+
+typedef struct tdm_budget {
+    tdm_budget_inputs in;
+    uint64_t budget;
+    uint64_t fixed_bytes;       /* weights + kv + deltanet + scratch */
+    int32_t n_slots;
+    uint64_t slot_total;        /* n_slots * slot_bytes */
+    uint64_t spare;             /* budget - fixed - slot_total */
+} tdm_budget;
+
+/* The ledger's sizes for model m at n_ctx positions and max_batch tokens. */
+tdm_status tdm_budget_inputs_for(const tdm_model *m, int32_t n_ctx, int32_t max_batch, tdm_budget_inputs *out,
+                                 tdm_error *err);
+/* Plans budget_bytes over in. TDM_ERR_OOM when the fixed part does not fit,
+ * with the numbers and what would fit (the smallest budget, and the largest
+ * context the budget allows); *out is filled either way. */
+tdm_status tdm_budget_compute(const tdm_budget_inputs *in, uint64_t budget_bytes, tdm_budget *out, tdm_error *err);
+/* tdm_budget_inputs_for + tdm_budget_compute; *n_slots = out->n_slots. */
+tdm_status tdm_budget_plan(const tdm_model *m, int32_t n_ctx, int32_t max_batch, uint64_t budget_bytes,
+                           tdm_budget *out, tdm_error *err);
+/* One line: "gpu-mem 8.00 GiB: weights ... | 123 slots x 4.5 MiB". */
+void tdm_budget_format(const tdm_budget *b, char *buf, size_t cap);
+
+#endif
