@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,21 +26,50 @@ typedef struct edit {
     const char *key;        /* u32 key overridden ... */
     uint32_t value;         /* ... with this value */
     const char *arch;       /* general.architecture override */
+    int ffn1;               /* blk.1 FFN: 1 = dense from expert 0, 2 = every expert = expert 0 */
 } edit;
 
-static tdm_gguf *src;
+static tdm_gguf *src, *src3; /* micro-qwen35moe, micro-qwen3moe */
+static uint8_t *rep_buf[3];  /* replicated expert-0 stacks for ffn1 == 2 */
 
-static void *build(const edit *e, size_t *size)
+/* Adds blk.1's FFN per e->ffn1; returns false when t is not one of its tensors. */
+static bool add_ffn1(tdm_gguf_writer *w, const edit *e, const tdm_gguf_tensor *t)
+{
+    static const char *const exps[3] = {"blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight",
+                                        "blk.1.ffn_down_exps.weight"};
+    static const char *const dense[3] = {"blk.1.ffn_gate.weight", "blk.1.ffn_up.weight", "blk.1.ffn_down.weight"};
+    tdm_error err = {0};
+    if (e->ffn1 == 1 && !strcmp(t->name, "blk.1.ffn_gate_inp.weight"))
+        return true; /* no router: a dense layer */
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(t->name, exps[i]))
+            continue;
+        const size_t mat = tdm_qtype_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
+        if (e->ffn1 == 1) {
+            assert_int_equal(tdm_gguf_writer_add_tensor(w, dense[i], t->type, 2, t->ne, t->data, &err), TDM_OK);
+        } else {
+            free(rep_buf[i]);
+            rep_buf[i] = malloc(mat * (size_t)t->ne[2]);
+            for (int64_t x = 0; x < t->ne[2]; x++)
+                memcpy(rep_buf[i] + x * mat, t->data, mat);
+            assert_int_equal(tdm_gguf_writer_add_tensor(w, t->name, t->type, 3, t->ne, rep_buf[i], &err), TDM_OK);
+        }
+        return true;
+    }
+    return false;
+}
+
+static void *build_from(tdm_gguf *from, const edit *e, size_t *size)
 {
     tdm_gguf_writer *w;
     tdm_error err = {0};
     assert_int_equal(tdm_gguf_writer_create(&w, &err), TDM_OK);
-    for (int64_t i = 0; i < tdm_gguf_kv_count(src); i++) {
-        const char *k = tdm_gguf_kv_key(src, i);
-        switch (tdm_gguf_kv_type(src, i)) {
+    for (int64_t i = 0; i < tdm_gguf_kv_count(from); i++) {
+        const char *k = tdm_gguf_kv_key(from, i);
+        switch (tdm_gguf_kv_type(from, i)) {
         case TDM_GGUF_UINT32: {
             uint32_t v;
-            assert_int_equal(tdm_gguf_get_u32(src, k, &v, &err), TDM_OK);
+            assert_int_equal(tdm_gguf_get_u32(from, k, &v, &err), TDM_OK);
             if (e->key && !strcmp(k, e->key))
                 v = e->value;
             assert_int_equal(tdm_gguf_writer_add_u32(w, k, v, &err), TDM_OK);
@@ -47,14 +77,14 @@ static void *build(const edit *e, size_t *size)
         }
         case TDM_GGUF_FLOAT32: {
             float v;
-            assert_int_equal(tdm_gguf_get_f32(src, k, &v, &err), TDM_OK);
+            assert_int_equal(tdm_gguf_get_f32(from, k, &v, &err), TDM_OK);
             assert_int_equal(tdm_gguf_writer_add_f32(w, k, v, &err), TDM_OK);
             break;
         }
         case TDM_GGUF_STRING: {
             const char *s;
             size_t len;
-            assert_int_equal(tdm_gguf_get_str(src, k, &s, &len, &err), TDM_OK);
+            assert_int_equal(tdm_gguf_get_str(from, k, &s, &len, &err), TDM_OK);
             if (e->arch && !strcmp(k, "general.architecture"))
                 s = e->arch, len = strlen(e->arch);
             assert_int_equal(tdm_gguf_writer_add_strn(w, k, s, len, &err), TDM_OK);
@@ -64,9 +94,9 @@ static void *build(const edit *e, size_t *size)
             break;
         }
     }
-    for (int64_t i = 0; i < tdm_gguf_tensor_count(src); i++) {
-        const tdm_gguf_tensor *t = tdm_gguf_tensor_at(src, i);
-        if (e->drop && !strcmp(t->name, e->drop))
+    for (int64_t i = 0; i < tdm_gguf_tensor_count(from); i++) {
+        const tdm_gguf_tensor *t = tdm_gguf_tensor_at(from, i);
+        if ((e->drop && !strcmp(t->name, e->drop)) || (e->ffn1 && add_ffn1(w, e, t)))
             continue;
         int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
         if (e->reshape && !strcmp(t->name, e->reshape))
@@ -77,6 +107,11 @@ static void *build(const edit *e, size_t *size)
     assert_int_equal(tdm_gguf_writer_write_memory(w, &buf, size, &err), TDM_OK);
     tdm_gguf_writer_free(w);
     return buf;
+}
+
+static void *build(const edit *e, size_t *size)
+{
+    return build_from(src, e, size);
 }
 
 /* Binds the edited copy; returns the status, the message in err. */
@@ -106,13 +141,19 @@ static int setup(void **state)
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/fixtures/micro-qwen35moe/micro-qwen35moe-f32.gguf", root && *root ? root : ".");
     tdm_error err = {0};
-    return tdm_gguf_open(path, &src, &err) == TDM_OK ? 0 : -1;
+    if (tdm_gguf_open(path, &src, &err))
+        return -1;
+    snprintf(path, sizeof path, "%s/tests/fixtures/micro-qwen3moe/micro-qwen3moe-f32.gguf", root && *root ? root : ".");
+    return tdm_gguf_open(path, &src3, &err) == TDM_OK ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
     (void)state;
     tdm_gguf_free(src);
+    tdm_gguf_free(src3);
+    for (int i = 0; i < 3; i++)
+        free(rep_buf[i]);
     return 0;
 }
 
@@ -207,6 +248,65 @@ static void test_demo_mtp_bound(void **state)
     tdm_model_free(m);
 }
 
+/* Logits of the 8-token prompt on an edited micro-qwen3moe. */
+static float *q3m_logits(const edit *e, bool *dense1)
+{
+    size_t size;
+    void *buf = build_from(src3, e, &size);
+    tdm_gguf *g;
+    tdm_model *m;
+    tdm_error err = {0};
+    assert_int_equal(tdm_gguf_open_memory(buf, size, &g, &err), TDM_OK);
+    tdm_status st = tdm_model_from_gguf(g, &m, &err);
+    if (st)
+        printf("%s\n", err.msg);
+    assert_int_equal(st, TDM_OK);
+    *dense1 = tdm_model_layer(m, 1)->ffn == TDM_FFN_DENSE;
+    const int V = tdm_model_hparams(m)->n_vocab;
+    const int32_t toks[8] = {338, 442, 1260, 617, 260, 1507, 681, 340};
+    float *logits = malloc(sizeof(float) * 8 * V);
+    tdm_forward *f;
+    assert_int_equal(tdm_forward_new(m, 8, 8, &f, &err), TDM_OK);
+    assert_int_equal(tdm_forward_eval(f, toks, 8, 0, logits, true, &err), TDM_OK);
+    tdm_forward_free(f);
+    tdm_model_free(m);
+    free(buf);
+    return logits;
+}
+
+/* A dense SwiGLU layer (qwen3moe mlp_only_layers) equals a MoE layer whose
+ * experts are all that same MLP (renormalised weights sum to 1). */
+static void test_dense_layer(void **state)
+{
+    (void)state;
+    bool d1, d2;
+    float *dense = q3m_logits(&(edit){.ffn1 = 1, .key = "qwen3moe.feed_forward_length", .value = 32}, &d1);
+    float *moe = q3m_logits(&(edit){.ffn1 = 2}, &d2);
+    assert_true(d1);
+    assert_false(d2);
+    double num = 0, den = 0;
+    for (int i = 0; i < 8 * 2048; i++) {
+        num += (dense[i] - moe[i]) * (double)(dense[i] - moe[i]);
+        den += (double)moe[i] * moe[i];
+    }
+    printf("  dense blk.1 vs MoE of identical experts: rel L2 %.2e\n", sqrt(num / den));
+    assert_true(sqrt(num / den) < 1e-5);
+    /* a feed_forward_length that does not match the dense tensors is refused */
+    size_t size;
+    tdm_error err = {0};
+    edit e = {.ffn1 = 1, .key = "qwen3moe.feed_forward_length", .value = 48};
+    void *buf = build_from(src3, &e, &size);
+    tdm_gguf *g;
+    tdm_model *m = NULL;
+    assert_int_equal(tdm_gguf_open_memory(buf, size, &g, &err), TDM_OK);
+    assert_int_equal(tdm_model_from_gguf(g, &m, &err), TDM_ERR_FORMAT);
+    printf("  -> %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "blk.1.ffn_gate.weight"));
+    free(buf);
+    free(dense);
+    free(moe);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -214,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_bad_metadata),
         cmocka_unit_test(test_tied_output),
         cmocka_unit_test(test_demo_mtp_bound),
+        cmocka_unit_test(test_dense_layer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
