@@ -36,6 +36,8 @@ if fmt == "tandem-bench":
             f"{r['threads']} {r['prompt_tok_s']} {r['decode_tok_s']}\n" for r in rows))
     w("threads.dat", "\n\n".join(blocks) + "\n")
     w("prompts", " ".join(str(p) for p in sorted(by)) + "\n")
+    threads = sorted({r["threads"] for r in doc["runs"]})
+    w("xtics", "(" + ", ".join(str(t) for t in threads) + ")\n")
     vram = doc.get("vram") or []
     if vram:
         w("vram.dat", "".join(
@@ -73,6 +75,8 @@ set output '$out-threads.png'
 set title "$title" noenhanced
 set xlabel 'threads'
 set ylabel 'tokens/s'
+set xtics $(cat "$tmp/xtics")
+set offsets graph 0.05, graph 0.05, 0, 0
 set logscale y
 set grid
 set key outside right

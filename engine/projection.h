@@ -12,9 +12,11 @@
  *
  * Units: bytes; bandwidths in GB/s = 1e9 B/s (DRAM and VRAM are sold in
  * decimal units); VRAM sizes in GiB (cards are sold in binary units).
- * Nothing here allocates except tdm_proj_model_from_gguf (a temporary
- * per-layer table), tdm_proj_hitcurve_load and tdm_proj_json (the returned
- * string, freed by the caller with free()). No global state.
+ * The accounting and curve readers allocate temporaries (a per-layer table,
+ * cJSON trees) and free them before returning; tdm_proj_json returns a string
+ * the caller frees with free(); predict/grid never allocate. No global state.
+ * tdm_proj_measure_host runs the bandwidth probe, which pins the OpenMP
+ * threads to cores (a side effect on the calling process).
  */
 #ifndef TDM_PROJECTION_H
 #define TDM_PROJECTION_H
