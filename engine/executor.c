@@ -56,6 +56,7 @@ static tdm_status make_cache(tdm_executor *x, const tdm_executor_params *p, tdm_
     tdm_cache_params_init(&cp, (tdm_cache_policy)policy, x->hp->n_layer, x->hp->n_expert, x->hp->n_expert_used,
                           n_slots);
     cp.profile = p->profile;
+    cp.per_layer = p->per_layer;
     if (p->adapt_every > 0)
         cp.adapt_every = p->adapt_every;
     return tdm_expert_cache_new(x->m, &cp, p->dev ? p->dev : tdm_expert_device_host(), &x->cache, err);

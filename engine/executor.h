@@ -43,6 +43,7 @@ typedef struct tdm_executor_params {
     int32_t max_batch;            /* tokens per forward batch (buffers, ledger scratch) */
     int policy;                   /* tdm_cache_policy, or -1: static with a profile, layer without */
     const tdm_profile *profile;   /* NULL: layer-order fill */
+    bool per_layer;               /* slots split evenly over layers (cache_policy.h "Budget") */
     const tdm_topology *topo;     /* NULL: pool not pinned */
     int n_threads;                /* pool threads; 0: physical cores - 1 */
     int dev_threads;              /* emulated device-side threads; 0: 1 */

@@ -1,0 +1,209 @@
+/* test_pool: the mailbox protocol of the CPU expert pool under stress: many
+ * layers x token batches with random residency and routing, published in
+ * sequence; each result checked against tdm_experts_run on the misses. Also
+ * bad jobs, an all-hit job, freeing a sleeping pool, 1 thread and all cores. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model_fixtures.h"
+#include "pool.h"
+#include "topology.h"
+
+#define WATCHDOG_S 240
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+static tdm_model *load(const char *name)
+{
+    char d[1024], path[1200];
+    fx_dir(d, sizeof d, name, 0);
+    snprintf(path, sizeof path, "%s/%s-f32.gguf", d, name);
+    tdm_model *m;
+    tdm_error err = {0};
+    assert_int_equal(tdm_model_load(path, &m, &err), TDM_OK);
+    return m;
+}
+
+static tdm_experts_desc desc_of(const tdm_layer *L)
+{
+    return (tdm_experts_desc){L->gate_exps.data, L->up_exps.data, L->down_exps.data, L->gate_exps.type,
+                              L->up_exps.type, L->down_exps.type, L->gate_exps.mat_bytes, L->up_exps.mat_bytes,
+                              L->down_exps.mat_bytes, L->gate_exps.cols, L->gate_exps.rows,
+                              (int32_t)L->gate_exps.n_mat};
+}
+
+static void stress(const char *name, int threads, int n_jobs)
+{
+    alarm(WATCHDOG_S);
+    tdm_model *m = load(name);
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    const int32_t E = hp->n_expert, k = hp->n_expert_used, D = hp->n_embd, T = 4;
+    tdm_topology *topo = NULL;
+    tdm_error err = {0};
+    assert_int_equal(tdm_topology_load(&topo, &err), TDM_OK);
+    tdm_pool_params pp = {.model = m, .topo = topo, .n_threads = threads, .max_tok = T, .spin = 100};
+    tdm_pool *p;
+    assert_int_equal(tdm_pool_new(&pp, &p, &err), TDM_OK);
+    assert_true(tdm_pool_threads(p) >= 1);
+    int32_t *res = malloc((size_t)hp->n_layer * E * sizeof *res);
+    tdm_pool_set_residency(p, res);
+    tdm_experts_scratch *ex;
+    assert_int_equal(tdm_experts_scratch_new(D, hp->n_ff_exp, T, T * k, E, &ex, &err), TDM_OK);
+    tdm_expert_sel *sel = malloc((size_t)T * k * sizeof *sel);
+    float *want = malloc((size_t)T * D * sizeof(float));
+    tdm_mailbox *mb = tdm_pool_mailbox(p);
+    int64_t jobs = 0, wakes = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        if (j % 16 == 0) /* a new random residency, only between jobs */
+            for (int32_t i = 0; i < hp->n_layer * E; i++)
+                res[i] = (int32_t)(rnd() % 3) == 0 ? (int32_t)i : -1;
+        int32_t il;
+        do
+            il = (int32_t)(rnd() % (uint32_t)hp->n_layer);
+        while (tdm_model_layer(m, il)->ffn != TDM_FFN_MOE);
+        const int32_t n = 1 + (int32_t)(rnd() % T);
+        mb->layer = il;
+        mb->n_tok = n;
+        int32_t nm = 0;
+        for (int32_t t = 0; t < n; t++) {
+            for (int32_t i = 0; i < k; i++) { /* k distinct ids */
+                int32_t e, dup;
+                do {
+                    e = (int32_t)(rnd() % (uint32_t)E);
+                    dup = 0;
+                    for (int32_t q = 0; q < i; q++)
+                        dup |= mb->ids[t * k + q] == e;
+                } while (dup);
+                mb->ids[t * k + i] = e;
+                mb->weights[t * k + i] = (float)(rnd() % 1000) / 1000.0f;
+                if (res[(size_t)il * E + e] < 0)
+                    sel[nm++] = (tdm_expert_sel){t, e, mb->weights[t * k + i]};
+            }
+            for (int32_t c = 0; c < D; c++)
+                mb->x[(size_t)t * D + c] = (float)((int32_t)(rnd() % 2001) - 1000) / 1000.0f;
+        }
+        for (size_t i = 0; i < (size_t)n * D; i++)
+            mb->out[i] = NAN; /* poisoned: the pool must overwrite */
+        const tdm_experts_desc d = desc_of(tdm_model_layer(m, il));
+        assert_int_equal(tdm_experts_run(&d, mb->x, n, sel, nm, want, false, ex, &err), TDM_OK);
+        const uint32_t seq = tdm_pool_publish(p);
+        wakes++;
+        if (j % 97 == 0)
+            usleep(3000); /* let the driver reach its futex sleep now and then */
+        double wait_ms = 0;
+        assert_int_equal(tdm_pool_wait(p, seq, &wait_ms, &err), TDM_OK);
+        jobs++;
+        assert_int_equal(mb->n_miss, nm);
+        for (size_t i = 0; i < (size_t)n * D; i++)
+            if (!(fabsf(mb->out[i] - want[i]) <= 1e-5f * (1.0f + fabsf(want[i]))))
+                fail_msg("job %d layer %d: out[%zu] = %g, want %g", j, il, i, mb->out[i], want[i]);
+    }
+    tdm_pool_stats st;
+    tdm_pool_get_stats(p, &st);
+    assert_int_equal(st.jobs, jobs);
+    assert_int_equal(wakes, jobs);
+    printf("  %s, %d pool threads (pinned %d): %lld jobs, %lld misses, %.3f ms in jobs, %llu bytes\n", name,
+           tdm_pool_threads(p), tdm_pool_pinned(p), (long long)st.jobs, (long long)st.misses, st.ms,
+           (unsigned long long)st.bytes);
+    tdm_pool_free(p);
+    tdm_experts_scratch_free(ex);
+    free(sel);
+    free(want);
+    free(res);
+    tdm_topology_free(topo);
+    tdm_model_free(m);
+    alarm(0);
+}
+
+static void test_stress_1_thread(void **state)
+{
+    (void)state;
+    stress("micro-qwen3moe", 1, 3000);
+    stress("micro-qwen35moe", 1, 1000);
+}
+
+static void test_stress_all_cores(void **state)
+{
+    (void)state;
+    stress("micro-qwen3next", 0, 2000);
+}
+
+/* Bad jobs are reported in the mailbox and the pool keeps serving. */
+static void test_bad_jobs_and_sleep(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    tdm_model *m = load("micro-qwen3moe");
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    tdm_error err = {0};
+    tdm_pool_params pp = {.model = m, .n_threads = 1, .max_tok = 2};
+    tdm_pool *p = NULL;
+    tdm_pool_params bad = pp;
+    bad.max_tok = 0;
+    assert_int_equal(tdm_pool_new(&bad, &p, &err), TDM_ERR_INVALID);
+    assert_null(p);
+    assert_int_equal(tdm_pool_new(&pp, &p, &err), TDM_OK);
+    tdm_mailbox *mb = tdm_pool_mailbox(p);
+    const int32_t k = hp->n_expert_used;
+    memset(mb->x, 0, 2 * (size_t)hp->n_embd * sizeof(float));
+    for (int32_t i = 0; i < 2 * k; i++) {
+        mb->ids[i] = i % k;
+        mb->weights[i] = 1.0f;
+    }
+    mb->layer = 0;
+    mb->n_tok = 3; /* more than max_tok */
+    assert_int_equal(tdm_pool_wait(p, tdm_pool_publish(p), NULL, &err), TDM_ERR_INVALID);
+    mb->n_tok = 1;
+    mb->ids[0] = hp->n_expert;
+    assert_int_equal(tdm_pool_wait(p, tdm_pool_publish(p), NULL, &err), TDM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "out of range"));
+    mb->ids[0] = 0;
+    mb->layer = hp->n_layer;
+    assert_int_equal(tdm_pool_wait(p, tdm_pool_publish(p), NULL, &err), TDM_ERR_INVALID);
+    mb->layer = 0;
+    usleep(50000); /* the driver is asleep on its futex now */
+    assert_int_equal(tdm_pool_wait(p, tdm_pool_publish(p), NULL, &err), TDM_OK);
+    assert_int_equal(mb->n_miss, k);
+    /* an all-resident table: the job computes nothing and writes zeros */
+    int32_t *res = malloc((size_t)hp->n_layer * hp->n_expert * sizeof *res);
+    for (int32_t i = 0; i < hp->n_layer * hp->n_expert; i++)
+        res[i] = i;
+    tdm_pool_set_residency(p, res);
+    mb->out[0] = NAN;
+    assert_int_equal(tdm_pool_wait(p, tdm_pool_publish(p), NULL, &err), TDM_OK);
+    assert_int_equal(mb->n_miss, 0);
+    assert_true(mb->out[0] == 0.0f);
+    usleep(50000);
+    tdm_pool_free(p); /* a sleeping driver is woken and joined */
+    free(res);
+    tdm_model_free(m);
+    alarm(0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stress_1_thread),
+        cmocka_unit_test(test_stress_all_cores),
+        cmocka_unit_test(test_bad_jobs_and_sleep),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
