@@ -13,7 +13,7 @@ struct tdm_executor {
     tdm_expert_cache *cache;
     tdm_pool *pool;
     int dev_threads;
-    int32_t max_batch, k, first_moe;
+    int32_t max_batch, k, first_moe, last_moe;
     tdm_experts_scratch *ex;  /* device side (hits) */
     tdm_expert_sel *hit;      /* [max_batch * k] (token, slot, weight) */
     int32_t *log;             /* [n_layer][max_batch][k] routing of the pass, for the policy */
@@ -86,6 +86,7 @@ tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, td
         const tdm_layer *L = tdm_model_layer(m, il);
         if (L->ffn == TDM_FFN_MOE && L->gate_exps.data) {
             x->first_moe = x->first_moe < 0 ? il : x->first_moe;
+            x->last_moe = il;
             max_ff = L->gate_exps.rows > max_ff ? L->gate_exps.rows : max_ff;
         }
     }
@@ -173,7 +174,7 @@ tdm_status tdm_executor_moe(void *user, int32_t layer, const float *in, int32_t 
                              x->max_batch, k, x->k);
     tdm_status st;
     if (layer == x->first_moe) {
-        if (x->log_n && (st = tdm_executor_flush(x, err)))
+        if (x->log_n && (st = tdm_executor_flush(x, err))) /* a pass that stopped early */
             return st;
         x->st.tokens += n;
     }
@@ -223,7 +224,8 @@ tdm_status tdm_executor_moe(void *user, int32_t layer, const float *in, int32_t 
     memcpy(x->log + (size_t)layer * x->max_batch * k, ids, (size_t)n * k * sizeof *ids);
     x->logged[layer] = 1;
     x->log_n = n;
-    return TDM_OK;
+    /* the pass is done: policy and slot copies now, before the next token */
+    return layer == x->last_moe ? tdm_executor_flush(x, err) : TDM_OK;
 }
 
 void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out)

@@ -11,9 +11,8 @@
  *      so the pool's pinned team keeps its cores;
  *   4. wait for the pool's flag and merge out = routed(hit) + routed(miss);
  *      the forward then adds the shared expert.
- * Between forward passes (at the first MoE layer of the next pass, or at
- * tdm_executor_flush) the passed routing is fed to the cache policy, whose
- * swaps are executed as slot copies. The real GPU keeps this schedule and
+ * After the last MoE layer of a pass (between tokens) the pass's routing is
+ * fed to the cache policy, whose swaps are executed as slot copies. The real GPU keeps this schedule and
  * protocol (docs/EXECUTOR.md); only step 3 and the publish move to CUDA.
  *
  * Ownership: borrows the model (and the profile/topology during new); owns

@@ -59,7 +59,7 @@ typedef struct run_cfg {
     double frac;        /* slots as a fraction of n_layer * n_expert; < 0: use gpu_mem */
     uint64_t gpu_mem;
     int policy;         /* -1 default */
-    int pool_threads;   /* 0: all physical cores minus one */
+    int pool_threads;   /* 0: physical cores minus one; -1: all physical cores */
     int32_t adapt_every;
     int n_decode;
 } run_cfg;
@@ -86,7 +86,10 @@ static double run_pair(const char *path, const run_cfg *cfg, tdm_executor_stats 
     p.n_ctx = n_ctx;
     p.max_batch = B;
     p.topo = topo;
-    p.n_threads = cfg->pool_threads;
+    if (cfg->pool_threads < 0) /* every physical core */
+        p.n_threads = tdm_topology_physical_cores(topo);
+    else
+        p.n_threads = cfg->pool_threads;
     p.policy = cfg->policy;
     p.adapt_every = cfg->adapt_every;
     p.per_layer = true; /* ~50% then means about half the experts of every layer */
@@ -194,7 +197,7 @@ static void check_fraction(double frac, int pool_threads)
 static void test_cache_0(void **state) { (void)state; check_fraction(0.0, 1); }
 static void test_cache_50(void **state) { (void)state; check_fraction(0.5, 1); }
 static void test_cache_100(void **state) { (void)state; check_fraction(1.0, 1); }
-static void test_cache_50_all_cores(void **state) { (void)state; check_fraction(0.5, 0); }
+static void test_cache_50_all_cores(void **state) { (void)state; check_fraction(0.5, -1); }
 
 /* A budget that covers the fixed part but not one slot: 0 slots, all misses. */
 static void test_budget_no_slot(void **state)

@@ -59,6 +59,8 @@ static void stress(const char *name, int threads, int n_jobs)
     tdm_topology *topo = NULL;
     tdm_error err = {0};
     assert_int_equal(tdm_topology_load(&topo, &err), TDM_OK);
+    if (threads < 0)
+        threads = tdm_topology_physical_cores(topo);
     tdm_pool_params pp = {.model = m, .topo = topo, .n_threads = threads, .max_tok = T, .spin = 100};
     tdm_pool *p;
     assert_int_equal(tdm_pool_new(&pp, &p, &err), TDM_OK);
@@ -143,7 +145,8 @@ static void test_stress_1_thread(void **state)
 static void test_stress_all_cores(void **state)
 {
     (void)state;
-    stress("micro-qwen3next", 0, 2000);
+    stress("micro-qwen3next", -1, 2000);
+    stress("micro-qwen3moe", 0, 500); /* the default: physical cores - 1 */
 }
 
 /* Bad jobs are reported in the mailbox and the pool keeps serving. */
