@@ -1,4 +1,5 @@
 /* tandem run: generate text from a prompt on the CPU, streaming to stdout. */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,14 @@ static bool hybrid_open(const hybrid_opts *h, const cli_gen_opts *o, cli_gen_ctx
         return false;
     }
     tdm_executor_attach(*x, tdm_session_forward(c->sess));
+    /* The emulated device side (the whole forward but the missed experts) is
+     * the GPU-feeding thread: alone on the core the pool leaves free, so no
+     * idle OpenMP worker of its spins on a pool core. */
+    omp_set_num_threads(1);
+    tdm_executor_stats es;
+    tdm_executor_get_stats(*x, &es);
+    if (es.pool_threads < tdm_topology_physical_cores(*topo))
+        tdm_topology_bind_thread(*topo, es.pool_threads, NULL);
     return true;
 }
 
