@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `tandem run --hybrid-emulate`: the same greedy text as the CPU path at 0%,
+# ~50% (with the demo profile) and 100% of the experts cached and with the
+# adaptive policy; the stats line; the ledger's refusal and bad options.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+T="$BUILD/tandem"
+[ -x "$T" ] || { echo "hybrid_run: $T is missing (run make)"; exit 1; }
+M=models/demo/demo-Q4_K_M.gguf
+[ -f "$M" ] || { echo "hybrid_run: $M missing"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run() { timeout 120 "$T" run -m "$M" -p "Once upon a time" -n 16 --temp 0 --ctx 256 "$@"; }
+run >"$tmp/ref.txt" 2>/dev/null
+fail=0
+for opts in "--cache-experts 0" "--cache-experts 96 --profile profiles/demo.profile.json" "--cache-experts 192" \
+            "--cache-experts 40 --policy adaptive --threads 2" "--gpu-mem 64M"; do
+    # shellcheck disable=SC2086
+    run --hybrid-emulate $opts --stats >"$tmp/out.txt" 2>"$tmp/err.txt"
+    if ! cmp -s "$tmp/ref.txt" "$tmp/out.txt"; then echo "FAIL text differs: $opts"; fail=1; fi
+    if ! grep -q "^hybrid (emulated): .* hit rate" "$tmp/err.txt"; then echo "FAIL no stats line: $opts"; fail=1; fi
+done
+grep -q "hit rate 100.0%" <(run --hybrid-emulate --cache-experts 192 --stats 2>&1 >/dev/null) ||
+    { echo "FAIL 192 slots is not 100%"; fail=1; }
+if run --hybrid-emulate --gpu-mem 1M >/dev/null 2>"$tmp/err.txt"; then echo "FAIL 1M accepted"; fail=1; fi
+grep -q "needed before any expert slot" "$tmp/err.txt" || { echo "FAIL refusal message: $(cat "$tmp/err.txt")"; fail=1; }
+for bad in "--hybrid-emulate" "--cache-experts 5" "--hybrid-emulate --cache-experts x" \
+           "--hybrid-emulate --gpu-mem 12Q" "--hybrid-emulate --cache-experts 4 --policy nope"; do
+    # shellcheck disable=SC2086
+    if run $bad >/dev/null 2>&1; then echo "FAIL accepted: $bad"; fail=1; fi
+done
+[ $fail = 0 ] && echo "hybrid_run: ok"
+exit $fail
