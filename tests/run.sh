@@ -19,6 +19,7 @@ passed=0 failed=0 failed_names=()
 run_suite() {
     local name=$1; shift
     local log="$logs/$name.log" start=$SECONDS
+    mkdir -p "$(dirname "$log")"
     printf '%-44s ' "$name"
     if "$@" >"$log" 2>&1; then
         passed=$((passed + 1)); echo "ok   ($((SECONDS - start)) s)"
