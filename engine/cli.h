@@ -1,4 +1,5 @@
-/* cli: the `tandem` command table and helpers shared by the commands.
+/* cli: the `tandem` command table and helpers shared by the commands and
+ * tools (engine/cli.c is part of the library; the commands are cli_*.c).
  * Each command lives in engine/cli_<name>.c and returns a process exit code
  * (0 ok, 1 failure, 2 usage error). Only main() turns that into exit(). */
 #ifndef TDM_CLI_H
@@ -22,6 +23,13 @@ const char *tdm_cli_default_model(void);
 
 /* Parses "a,b,c" into ids (at most cap). Returns the count, or -1 on bad input. */
 int tdm_cli_parse_ids(const char *s, int32_t *ids, int cap);
+
+/* Whole-string numeric parsing with an inclusive range; false on junk,
+ * overflow or out-of-range values (out untouched). */
+bool tdm_cli_parse_long(const char *s, long lo, long hi, long *out);
+bool tdm_cli_parse_i32(const char *s, long lo, long hi, int32_t *out);
+bool tdm_cli_parse_double(const char *s, double lo, double hi, double *out);
+bool tdm_cli_parse_float(const char *s, double lo, double hi, float *out);
 
 /* Parses sizes like "12G", "512M", "1.5G", "1024" (bytes). false on bad input. */
 bool tdm_cli_parse_size(const char *s, uint64_t *out);

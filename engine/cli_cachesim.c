@@ -42,27 +42,7 @@ typedef struct sim_result {
     tdm_cache_stats st;
 } sim_result;
 
-static bool parse_int(const char *s, long lo, long hi, int32_t *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi)
-        return false;
-    *out = (int32_t)v;
-    return true;
-}
 
-static bool parse_float(const char *s, float *out)
-{
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (end == s || *end || errno)
-        return false;
-    *out = v;
-    return true;
-}
 
 static int parse_args(int argc, char **argv, sim_opts *o)
 {
@@ -78,17 +58,17 @@ static int parse_args(int argc, char **argv, sim_opts *o)
         else if (!strcmp(a, "--profile") && v)
             o->profile = v;
         else if (!strcmp(a, "--slots") && v)
-            ok = parse_int(v, 0, INT32_MAX, &o->slots);
+            ok = tdm_cli_parse_i32(v, 0, INT32_MAX, &o->slots);
         else if (!strcmp(a, "--policy") && v)
             ok = !strcmp(v, "all") || (o->policy = tdm_cache_policy_parse(v)) >= 0;
         else if (!strcmp(a, "--adapt-every") && v)
-            ok = parse_int(v, 1, INT32_MAX, &o->adapt.adapt_every);
+            ok = tdm_cli_parse_i32(v, 1, INT32_MAX, &o->adapt.adapt_every);
         else if (!strcmp(a, "--adapt-swaps") && v)
-            ok = parse_int(v, 0, 4096, &o->adapt.adapt_swaps);
+            ok = tdm_cli_parse_i32(v, 0, 4096, &o->adapt.adapt_swaps);
         else if (!strcmp(a, "--adapt-decay") && v)
-            ok = parse_float(v, &o->adapt.adapt_decay);
+            ok = tdm_cli_parse_float(v, 0, 1, &o->adapt.adapt_decay);
         else if (!strcmp(a, "--adapt-hysteresis") && v)
-            ok = parse_float(v, &o->adapt.adapt_hysteresis);
+            ok = tdm_cli_parse_float(v, 0, 1e9, &o->adapt.adapt_hysteresis);
         else if ((takes = false), !strcmp(a, "--json"))
             o->json = true;
         else if (!strcmp(a, "--per-layer"))

@@ -328,16 +328,6 @@ static void run_free(prof_run *r)
     free(r->rb.filled);
 }
 
-static bool parse_i32(const char *s, int32_t lo, int32_t *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > INT32_MAX)
-        return false;
-    *out = (int32_t)v;
-    return true;
-}
 
 static int profile_merge(int argc, char **argv)
 {
@@ -431,9 +421,9 @@ int tdm_cli_profile(int argc, char **argv)
         } else if (!strcmp(a, "--source")) {
             source = v;
         } else if (!strcmp(a, "--tokens")) {
-            ok = parse_i32(v, 0, &tokens);
+            ok = tdm_cli_parse_i32(v, 0, INT32_MAX, &tokens);
         } else if (!strcmp(a, "--ctx")) {
-            ok = parse_i32(v, 2, &n_ctx);
+            ok = tdm_cli_parse_i32(v, 2, INT32_MAX, &n_ctx);
         } else {
             ok = false;
         }

@@ -30,16 +30,6 @@ const char tdm_cli_serve_help[] =
     "  --model-name NAME         id shown by /v1/models (default: the file name)\n"
     "Requests are queued and served one at a time. Stop with Ctrl-C / SIGTERM.\n";
 
-static bool parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
 
 /* Default model name: the file name without directories and ".gguf". */
 static void name_from_path(const char *path, char *out, size_t cap)
@@ -72,7 +62,7 @@ int tdm_cli_serve(int argc, char **argv)
             model_path = val;
         } else if (!strcmp(a, "--host")) {
             cfg.host = val;
-        } else if (!strcmp(a, "--port") && parse_int(val, 0, 65535, &v)) {
+        } else if (!strcmp(a, "--port") && tdm_cli_parse_long(val, 0, 65535, &v)) {
             cfg.port = (uint16_t)v;
         } else if (!strcmp(a, "--api-key")) {
             cfg.api_key = val;
@@ -82,7 +72,7 @@ int tdm_cli_serve(int argc, char **argv)
                 return 2;
             }
             cfg.allow_hosts[cfg.n_allow_hosts++] = val;
-        } else if (!strcmp(a, "--ctx") && parse_int(val, 16, INT32_MAX, &v)) {
+        } else if (!strcmp(a, "--ctx") && tdm_cli_parse_long(val, 16, INT32_MAX, &v)) {
             ctx = v;
         } else if (!strcmp(a, "--max-body")) {
             uint64_t sz;
@@ -91,13 +81,13 @@ int tdm_cli_serve(int argc, char **argv)
                 return 2;
             }
             cfg.max_body = (size_t)sz;
-        } else if (!strcmp(a, "--max-connections") && parse_int(val, 1, 10000, &v)) {
+        } else if (!strcmp(a, "--max-connections") && tdm_cli_parse_long(val, 1, 10000, &v)) {
             cfg.max_connections = (int)v;
-        } else if (!strcmp(a, "--max-tokens") && parse_int(val, 1, INT32_MAX, &v)) {
+        } else if (!strcmp(a, "--max-tokens") && tdm_cli_parse_long(val, 1, INT32_MAX, &v)) {
             cfg.default_max_tokens = (int32_t)v;
-        } else if (!strcmp(a, "--max-thinking-tokens") && parse_int(val, 0, INT32_MAX, &v)) {
+        } else if (!strcmp(a, "--max-thinking-tokens") && tdm_cli_parse_long(val, 0, INT32_MAX, &v)) {
             cfg.max_thinking_tokens = (int32_t)v;
-        } else if (!strcmp(a, "--grace-tokens") && parse_int(val, 0, 4096, &v)) {
+        } else if (!strcmp(a, "--grace-tokens") && tdm_cli_parse_long(val, 0, 4096, &v)) {
             cfg.grace_tokens = (int32_t)v;
         } else if (!strcmp(a, "--model-name")) {
             cfg.model_name = val;

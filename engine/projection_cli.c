@@ -5,19 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "membw.h"
 #include "projection.h"
 
-static bool parse_double(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !(v >= lo && v <= hi))
-        return false;
-    *out = v;
-    return true;
-}
 
 /* "8,12,16,24" in GiB. */
 static int parse_gib_list(const char *s, double *out, int cap)
@@ -26,7 +17,7 @@ static int parse_gib_list(const char *s, double *out, int cap)
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n >= cap || !parse_double(t, 0.25, 4096, &out[n]))
+        if (n >= cap || !tdm_cli_parse_double(t, 0.25, 4096, &out[n]))
             return -1;
         n++;
     }
@@ -119,39 +110,39 @@ static int parse_opts(int argc, char **argv, const char *prog, const char *defau
         else if (!strcmp(a, "--membw-name"))
             o->membw_name = v;
         else if (!strcmp(a, "--membw")) {
-            if (!parse_double(v, 0.1, 1e5, &o->membw))
+            if (!tdm_cli_parse_double(v, 0.1, 1e5, &o->membw))
                 return usage_error(prog, "--membw wants GB/s > 0", v);
         } else if (!strcmp(a, "--efficiency")) {
-            if (!parse_double(v, 0.01, 1.5, &o->efficiency))
+            if (!tdm_cli_parse_double(v, 0.01, 1.5, &o->efficiency))
                 return usage_error(prog, "--efficiency wants 0.01..1.5", v);
         } else if (!strcmp(a, "--zipf")) {
-            if (!parse_double(v, 0, 10, &o->zipf_s))
+            if (!tdm_cli_parse_double(v, 0, 10, &o->zipf_s))
                 return usage_error(prog, "--zipf wants a skew 0..10", v);
         } else if (!strcmp(a, "--vram-gbps")) {
-            if (!parse_double(v, 1, 1e5, &o->vram_gbps))
+            if (!tdm_cli_parse_double(v, 1, 1e5, &o->vram_gbps))
                 return usage_error(prog, "--vram-gbps wants GB/s", v);
         } else if (!strcmp(a, "--vram-efficiency")) {
-            if (!parse_double(v, 0.01, 1, &o->vram_eff))
+            if (!tdm_cli_parse_double(v, 0.01, 1, &o->vram_eff))
                 return usage_error(prog, "--vram-efficiency wants 0.01..1", v);
         } else if (!strcmp(a, "--latency-us")) {
-            if (!parse_double(v, 0, 1e5, &o->latency_us))
+            if (!tdm_cli_parse_double(v, 0, 1e5, &o->latency_us))
                 return usage_error(prog, "--latency-us wants microseconds >= 0", v);
         } else if (!strcmp(a, "--reserve-gib")) {
-            if (!parse_double(v, 0, 4096, &o->reserve_gib))
+            if (!tdm_cli_parse_double(v, 0, 4096, &o->reserve_gib))
                 return usage_error(prog, "--reserve-gib wants GiB >= 0", v);
         } else if (!strcmp(a, "--ctx")) {
             double c;
-            if (!parse_double(v, 1, 1 << 24, &c))
+            if (!tdm_cli_parse_double(v, 1, 1 << 24, &c))
                 return usage_error(prog, "--ctx wants 1..16M tokens", v);
             o->n_ctx = (int)c;
         } else if (!strcmp(a, "--probe-mib")) {
             double mib;
-            if (!parse_double(v, 1, 1 << 20, &mib))
+            if (!tdm_cli_parse_double(v, 1, 1 << 20, &mib))
                 return usage_error(prog, "--probe-mib wants MiB >= 1", v);
             o->probe_bytes = (size_t)(mib * (1 << 20));
         } else if (!strcmp(a, "--decode-ctx")) {
             double c;
-            if (!parse_double(v, 0, 1 << 24, &c))
+            if (!tdm_cli_parse_double(v, 0, 1 << 24, &c))
                 return usage_error(prog, "--decode-ctx wants 0..16M tokens", v);
             o->decode_ctx = (int)c;
         } else if (!strcmp(a, "--vram")) {

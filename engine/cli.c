@@ -1,5 +1,4 @@
-/* Helpers shared by the CLI commands (not a command itself: it defines no
- * tdm_cli_<name> function, so the table generator skips it). */
+/* Helpers shared by the CLI commands and tools (engine/cli.h). */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -75,5 +74,45 @@ bool tdm_cli_parse_size(const char *s, uint64_t *out)
     if (*end)
         return false;
     *out = (uint64_t)(v * mul);
+    return true;
+}
+
+bool tdm_cli_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool tdm_cli_parse_i32(const char *s, long lo, long hi, int32_t *out)
+{
+    long v;
+    if (lo < INT32_MIN || hi > INT32_MAX || !tdm_cli_parse_long(s, lo, hi, &v))
+        return false;
+    *out = (int32_t)v;
+    return true;
+}
+
+bool tdm_cli_parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !(v >= lo && v <= hi))
+        return false;
+    *out = v;
+    return true;
+}
+
+bool tdm_cli_parse_float(const char *s, double lo, double hi, float *out)
+{
+    double v;
+    if (!tdm_cli_parse_double(s, lo, hi, &v))
+        return false;
+    *out = (float)v;
     return true;
 }
