@@ -3,7 +3,6 @@
  * faster than one core's share of DRAM bandwidth. */
 #include "membw.h"
 
-#include <hwloc.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -15,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "kernels.h"
+#include "topology.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -22,51 +22,13 @@
 
 #define MIB ((size_t)1 << 20)
 
-/* ---- topology: one cpuset (a single PU) per physical core --------------- */
-
-typedef struct cores {
-    hwloc_topology_t topo;
-    int n;
-} cores;
-
-static int cores_open(cores *c)
-{
-    c->n = 0;
-    if (hwloc_topology_init(&c->topo) != 0)
-        return -1;
-    if (hwloc_topology_load(c->topo) != 0) {
-        hwloc_topology_destroy(c->topo);
-        return -1;
-    }
-    c->n = hwloc_get_nbobjs_by_type(c->topo, HWLOC_OBJ_CORE);
-    return 0;
-}
-
-static void cores_close(cores *c)
-{
-    hwloc_topology_destroy(c->topo);
-}
-
-/* Pins the calling thread to the first PU of core i (best effort: an
- * unpinned probe still measures, only less reproducibly). */
-static void pin_thread(cores *c, int i)
-{
-    hwloc_obj_t core = hwloc_get_obj_by_type(c->topo, HWLOC_OBJ_CORE, (unsigned)i);
-    if (!core)
-        return;
-    hwloc_bitmap_t set = hwloc_bitmap_dup(core->cpuset);
-    hwloc_bitmap_singlify(set);
-    hwloc_set_cpubind(c->topo, set, HWLOC_CPUBIND_THREAD);
-    hwloc_bitmap_free(set);
-}
-
 int tdm_membw_physical_cores(void)
 {
-    cores c;
-    if (cores_open(&c) != 0)
+    tdm_topology *t;
+    if (tdm_topology_load(&t, NULL) != TDM_OK)
         return 1;
-    int n = c.n > 0 ? c.n : 1;
-    cores_close(&c);
+    int n = tdm_topology_physical_cores(t);
+    tdm_topology_free(t);
     return n;
 }
 
@@ -203,13 +165,14 @@ tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_err
         return tdm_error_set(err, TDM_ERR_INVALID, "membw: bytes = %zu, need at least 1 MiB", o->bytes);
     if (o->repeats < 1)
         return tdm_error_set(err, TDM_ERR_INVALID, "membw: repeats = %d, need >= 1", o->repeats);
-    cores c;
-    if (cores_open(&c) != 0)
-        return tdm_error_set(err, TDM_ERR_IO, "membw: hwloc could not read the topology");
+    tdm_topology *topo;
+    tdm_status st = tdm_topology_load(&topo, err);
+    if (st != TDM_OK)
+        return st;
     int nt = o->threads;
-    tdm_status st = check_threads(&nt, c.n > 0 ? c.n : 1, err);
+    st = check_threads(&nt, tdm_topology_physical_cores(topo), err);
     if (st != TDM_OK) {
-        cores_close(&c);
+        tdm_topology_free(topo);
         return st;
     }
     /* three arrays of n doubles; n a multiple of 8 per thread */
@@ -219,14 +182,14 @@ tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_err
     double *secs = malloc(sizeof(double) * TDM_MEMBW_KIND_COUNT * (size_t)o->repeats);
     if (!a || !b || !cc || !secs) {
         big_free(a, abytes), big_free(b, abytes), big_free(cc, abytes), free(secs);
-        cores_close(&c);
+        tdm_topology_free(topo);
         return tdm_error_set(err, TDM_ERR_OOM, "membw: cannot allocate 3 x %zu bytes", abytes);
     }
     double sink = 0.0;
 #pragma omp parallel num_threads(nt) reduction(+ : sink)
     {
         int t = omp_get_thread_num();
-        pin_thread(&c, t);
+        tdm_topology_bind_thread(topo, t, NULL); /* best effort */
         size_t lo, hi;
         slice(n, t, nt, 8, &lo, &hi);
         for (size_t i = lo; i < hi; i++) { /* first touch by the thread that streams it */
@@ -266,7 +229,7 @@ tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_err
     if (sink == 42.0) /* keeps the read loop's result alive */
         tdm_log(TDM_LOG_DEBUG, "membw: sink %g", sink);
     big_free(a, abytes), big_free(b, abytes), big_free(cc, abytes), free(secs);
-    cores_close(&c);
+    tdm_topology_free(topo);
     return TDM_OK;
 }
 
@@ -295,13 +258,14 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
                              (long long)o->rows, (long long)o->cols, q->name, q->block);
     if (o->repeats < 1)
         return tdm_error_set(err, TDM_ERR_INVALID, "membw matvec: repeats = %d", o->repeats);
-    cores c;
-    if (cores_open(&c) != 0)
-        return tdm_error_set(err, TDM_ERR_IO, "membw: hwloc could not read the topology");
+    tdm_topology *topo;
+    tdm_status st = tdm_topology_load(&topo, err);
+    if (st != TDM_OK)
+        return st;
     int nt = o->threads;
-    tdm_status st = check_threads(&nt, c.n > 0 ? c.n : 1, err);
+    st = check_threads(&nt, tdm_topology_physical_cores(topo), err);
     if (st != TDM_OK) {
-        cores_close(&c);
+        tdm_topology_free(topo);
         return st;
     }
     size_t row_bytes = tdm_qtype_row_bytes(o->type, o->cols), mat_bytes = row_bytes * (size_t)o->rows;
@@ -313,7 +277,7 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
     double *secs = malloc(sizeof(double) * (size_t)o->repeats);
     if (!w || !xq || !x || !y || !secs) {
         big_free(w, total), free(xq), free(x), free(y), free(secs);
-        cores_close(&c);
+        tdm_topology_free(topo);
         return tdm_error_set(err, TDM_ERR_OOM, "membw matvec: cannot allocate %zu bytes", total);
     }
     for (int64_t i = 0; i < o->cols; i++)
@@ -322,7 +286,7 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num();
-        pin_thread(&c, t);
+        tdm_topology_bind_thread(topo, t, NULL); /* best effort */
         size_t r0, r1;
         slice((size_t)o->rows, t, nt, 1, &r0, &r1);
         for (size_t m = 0; m < nmat; m++)
@@ -343,7 +307,7 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
     }
     *out = stats_of(secs, o->repeats, (double)total);
     big_free(w, total), free(xq), free(x), free(y), free(secs);
-    cores_close(&c);
+    tdm_topology_free(topo);
     return TDM_OK;
 }
 
