@@ -17,7 +17,8 @@ struct tdm_pool {
     const tdm_hparams *hp;
     const tdm_topology *topo;
     int n_threads, spin;
-    bool pinned;
+    bool pinned;             /* valid once ready */
+    _Atomic int ready;       /* the driver has set up (and pinned) its team */
     int32_t max_tok;
     _Atomic(const int32_t *) residency; /* [n_layer * n_expert] or NULL */
     tdm_mailbox *mb;
@@ -135,6 +136,7 @@ static void *driver(void *arg)
     omp_set_num_threads(p->n_threads);
     omp_set_dynamic(0);
     p->pinned = p->topo && tdm_topology_bind_omp_team(p->topo, p->n_threads, NULL) == TDM_OK;
+    atomic_store_explicit(&p->ready, 1, memory_order_release);
     uint32_t last = 0;
     for (;;) {
         const uint32_t s = wait_job(p, last);
@@ -201,6 +203,8 @@ tdm_status tdm_pool_new(const tdm_pool_params *pp, tdm_pool **out, tdm_error *er
         return st;
     }
     p->started = true;
+    while (!atomic_load_explicit(&p->ready, memory_order_acquire))
+        sched_yield(); /* so pinned is settled and the team exists before the first job */
     *out = p;
     return TDM_OK;
 }
