@@ -1,0 +1,552 @@
+/* forward_gpu: the model resident on the GPU (see forward_gpu.h). Upload and
+ * sizing here; the per-layer bodies mirror forward.c's. */
+#include "forward_gpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_fwd.h"
+
+#define MV_MAX TDM_GPU_MATVEC_MAX_TOK
+#define MM_CHUNK_ROWS 8192 /* rows per fp16 dequant chunk of the prompt GEMM */
+#define LOGIT_ROWS 32      /* rows of logits computed per head pass */
+
+/* A device copy of one 2-D weight in its file format. */
+typedef struct dweight {
+    const void *d;   /* device; NULL when absent */
+    tdm_qtype type;
+    int64_t rows, cols;
+} dweight;
+
+typedef struct glayer {
+    dweight attn_norm, post_norm;                     /* F32 [n_embd] */
+    dweight wq, wk, wv, wo, q_norm, k_norm;           /* attention */
+    dweight qkv, z, beta, alpha, conv, dt, a, ssm_norm, out; /* DeltaNet (beta/alpha split from ssm_ba) */
+    dweight router, shexp_gate;
+    dweight sh_gate, sh_up, sh_down;
+    tdm_gpu_expert_table table; /* routed experts (or the dense FFN as one expert) */
+    tdm_gpu_shared_expert shared;
+    tdm_gpu_moe_layer moe;
+    int32_t k;                  /* experts per token: n_expert_used, 1 for dense */
+} glayer;
+
+struct tdm_forward_gpu {
+    const tdm_model *m;
+    const tdm_hparams *hp;
+    tdm_gpu *g;
+    int32_t n_ctx, B, mm_min;
+    int64_t q_dim, kv_dim, conv_dim, v_dim, wide, h_stride;
+    size_t bytes, weight_bytes;
+
+    glayer *L;                 /* [n_layer] */
+    dweight out_norm, output;
+    int32_t *identity;         /* device [max(n_expert, 1)]: slot_of of every layer */
+    int32_t *zeros;            /* device [B] expert id 0 (dense layers) */
+    float *ones;               /* device [B] weight 1 */
+
+    /* state */
+    uint16_t *kc, *vc;         /* device [n_attn][n_kv][n_ctx][head_dim] fp16 */
+    float *rec;                /* device: conv [n_rec][K-1][conv_dim], then S [n_rec][H_v][d_k][d_v] */
+    size_t rec_floats, conv_floats;
+
+    /* scratch (device) */
+    float *x, *xn, *tmp;       /* [B][n_embd] */
+    float *p1, *p2, *p3;       /* [B][wide] */
+    float *q, *gate, *ao;      /* [B][wide] */
+    float *beta, *alpha;       /* [B][H_v] */
+    float *rl;                 /* [B][n_expert] */
+    float *sg;                 /* [B] */
+    int32_t *ids;              /* [B][k] */
+    float *wts;                /* [B][k] */
+    float *h;                  /* [B][k+1][h_stride] */
+    float *logits;             /* [LOGIT_ROWS][n_vocab] */
+    void *mm_scratch;
+    size_t mm_bytes;
+
+    /* host */
+    float *hx;                 /* pinned [B][n_embd] embeddings */
+    int32_t *hpos;             /* pinned [B] positions */
+    int32_t *pos;              /* device [B] positions of the batch (RoPE) */
+    int32_t *hids;             /* [B][k] (route hook) */
+    float *hwts;               /* [B][k] */
+    tdm_forward_route_fn hook;
+    void *hook_user;
+};
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static tdm_status dalloc(tdm_forward_gpu *f, size_t bytes, void *out, tdm_error *err)
+{
+    if (bytes == 0)
+        bytes = 256;
+    tdm_status st = tdm_gpu_alloc(f->g, bytes, (void **)out, err);
+    if (st)
+        return tdm_error_wrap(err, "forward_gpu: %zu bytes (%zu already held)", bytes, f->bytes);
+    f->bytes += bytes;
+    return TDM_OK;
+}
+
+/* Uploads w as it is in the file (all stacked matrices). */
+static tdm_status up_weight(tdm_forward_gpu *f, const tdm_weight *w, dweight *dw, tdm_error *err)
+{
+    memset(dw, 0, sizeof *dw);
+    if (!w->data)
+        return TDM_OK;
+    if (w->type != TDM_Q_F32 && !tdm_gpu_type_supported(w->type))
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "forward_gpu: %s has type %s without GPU kernels", w->name,
+                             tdm_qtype_name(w->type));
+    const size_t bytes = w->mat_bytes * (size_t)w->n_mat;
+    void *d;
+    tdm_status st = dalloc(f, bytes, &d, err);
+    if (!st)
+        st = tdm_gpu_upload(f->g, d, w->data, bytes, err);
+    if (st)
+        return tdm_error_wrap(err, "uploading %s", w->name);
+    f->weight_bytes += bytes;
+    *dw = (dweight){d, w->type, w->rows, w->cols};
+    return TDM_OK;
+}
+
+/* qwen3next's ssm_ba rows are grouped per key head [b(r) | a(r)]: copy them
+ * into separate beta and alpha matrices ordered by value head, so both
+ * layouts run the same code (as forward.c's deltanet_gates reads them). */
+static tdm_status up_ba(tdm_forward_gpu *f, const tdm_weight *ba, glayer *gl, tdm_error *err)
+{
+    const int64_t Hv = f->hp->ssm_n_v_heads, r = Hv / f->hp->ssm_n_k_heads;
+    const size_t rb = ba->row_bytes;
+    uint8_t *hb = malloc(2 * (size_t)Hv * rb);
+    if (!hb)
+        return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: ssm_ba staging");
+    for (int64_t j = 0; j < Hv; j++) {
+        const int64_t grp = j / r, i = j % r;
+        memcpy(hb + (size_t)j * rb, (const uint8_t *)ba->data + (size_t)(grp * 2 * r + i) * rb, rb);
+        memcpy(hb + (size_t)(Hv + j) * rb, (const uint8_t *)ba->data + (size_t)(grp * 2 * r + r + i) * rb, rb);
+    }
+    void *d;
+    tdm_status st = dalloc(f, 2 * (size_t)Hv * rb, &d, err);
+    if (!st)
+        st = tdm_gpu_upload(f->g, d, hb, 2 * (size_t)Hv * rb, err);
+    free(hb);
+    if (st)
+        return tdm_error_wrap(err, "uploading %s", ba->name);
+    f->weight_bytes += 2 * (size_t)Hv * rb;
+    gl->beta = (dweight){d, ba->type, Hv, ba->cols};
+    gl->alpha = (dweight){(const uint8_t *)d + (size_t)Hv * rb, ba->type, Hv, ba->cols};
+    return TDM_OK;
+}
+
+/* One arena of slots gate|up|down per expert (in expert order) for the
+ * fused kernels; staged one expert at a time. */
+static tdm_status up_experts(tdm_forward_gpu *f, const tdm_weight *gw, const tdm_weight *uw, const tdm_weight *dw,
+                             glayer *gl, tdm_error *err)
+{
+    for (const tdm_weight *w = gw; w; w = w == gw ? uw : w == uw ? dw : NULL)
+        if (!tdm_gpu_type_supported(w->type))
+            return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "forward_gpu: %s has type %s without GPU kernels",
+                                 w->name, tdm_qtype_name(w->type));
+    const size_t slot = gw->mat_bytes + uw->mat_bytes + dw->mat_bytes;
+    const int64_t E = gw->n_mat;
+    uint8_t *arena;
+    tdm_status st = dalloc(f, slot * (size_t)E, &arena, err);
+    if (st)
+        return st;
+    uint8_t *stage;
+    st = tdm_gpu_alloc_host(f->g, slot, (void **)&stage, err);
+    if (st)
+        return st;
+    for (int64_t e = 0; e < E && !st; e++) {
+        memcpy(stage, (const uint8_t *)gw->data + (size_t)e * gw->mat_bytes, gw->mat_bytes);
+        memcpy(stage + gw->mat_bytes, (const uint8_t *)uw->data + (size_t)e * uw->mat_bytes, uw->mat_bytes);
+        memcpy(stage + gw->mat_bytes + uw->mat_bytes, (const uint8_t *)dw->data + (size_t)e * dw->mat_bytes,
+               dw->mat_bytes);
+        st = tdm_gpu_upload(f->g, arena + (size_t)e * slot, stage, slot, err);
+    }
+    tdm_gpu_release_host(f->g, stage);
+    if (st)
+        return tdm_error_wrap(err, "uploading %s", gw->name);
+    f->weight_bytes += slot * (size_t)E;
+    gl->table = (tdm_gpu_expert_table){.slot_of = f->identity, .n_expert = E, .arena = arena, .slot_bytes = slot,
+                                       .gate_off = 0, .up_off = gw->mat_bytes,
+                                       .down_off = gw->mat_bytes + uw->mat_bytes};
+    gl->moe = (tdm_gpu_moe_layer){.table = &gl->table, .layer = 0, .gate_type = gw->type, .up_type = uw->type,
+                                  .down_type = dw->type, .n_embd = gw->cols, .n_ff = gw->rows, .shared = NULL};
+    return TDM_OK;
+}
+
+static tdm_status upload_layer(tdm_forward_gpu *f, const tdm_layer *L, glayer *gl, tdm_error *err)
+{
+    tdm_status st = TDM_OK;
+#define UP(field, w) if (!st) st = up_weight(f, &L->w, &gl->field, err)
+    UP(attn_norm, attn_norm); UP(post_norm, post_norm);
+    if (L->kind == TDM_LAYER_ATTN) {
+        UP(wq, wq); UP(wk, wk); UP(wv, wv); UP(wo, wo); UP(q_norm, q_norm); UP(k_norm, k_norm);
+    } else {
+        UP(qkv, ssm_qkv); UP(z, ssm_z); UP(conv, ssm_conv); UP(dt, ssm_dt); UP(a, ssm_a);
+        UP(ssm_norm, ssm_norm); UP(out, ssm_out);
+        if (!st && L->ssm_ba.data)
+            st = up_ba(f, &L->ssm_ba, gl, err);
+        else {
+            UP(beta, ssm_beta); UP(alpha, ssm_alpha);
+        }
+    }
+    if (L->ffn == TDM_FFN_DENSE) {
+        if (!st)
+            st = up_experts(f, &L->ffn_gate, &L->ffn_up, &L->ffn_down, gl, err);
+        gl->table.slot_of = f->zeros; /* one slot: expert 0 -> slot 0 */
+        gl->k = 1;
+        return st;
+    }
+    UP(router, router); UP(shexp_gate, shexp_gate);
+    UP(sh_gate, gate_shexp); UP(sh_up, up_shexp); UP(sh_down, down_shexp);
+#undef UP
+    if (!st)
+        st = up_experts(f, &L->gate_exps, &L->up_exps, &L->down_exps, gl, err);
+    if (st)
+        return st;
+    gl->k = f->hp->n_expert_used;
+    if (gl->sh_gate.d) {
+        gl->shared = (tdm_gpu_shared_expert){.gate = gl->sh_gate.d, .up = gl->sh_up.d, .down = gl->sh_down.d,
+                                             .gate_type = gl->sh_gate.type, .up_type = gl->sh_up.type,
+                                             .down_type = gl->sh_down.type, .n_ff = gl->sh_gate.rows,
+                                             .gate_logit = gl->shexp_gate.d ? f->sg : NULL};
+        gl->moe.shared = &gl->shared;
+    }
+    return TDM_OK;
+}
+
+void tdm_forward_gpu_free(tdm_forward_gpu *f)
+{
+    if (!f)
+        return;
+    tdm_gpu_free(f->g); /* every device and pinned buffer */
+    free(f->L);
+    free(f->hids);
+    free(f->hwts);
+    free(f);
+}
+
+static void size_dims(tdm_forward_gpu *f)
+{
+    const tdm_hparams *hp = f->hp;
+    f->q_dim = (int64_t)hp->n_head * hp->head_dim;
+    f->kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    f->conv_dim = tdm_hparams_conv_dim(hp);
+    f->v_dim = (int64_t)hp->ssm_n_v_heads * hp->ssm_d_v;
+    int64_t w = max64(2 * f->q_dim, max64(f->conv_dim, f->v_dim));
+    f->wide = max64(w, max64(hp->n_embd, f->kv_dim));
+    f->h_stride = max64(hp->n_ff_exp, max64(hp->n_ff_shexp, hp->n_ff));
+    const int64_t kin = max64(hp->n_embd, max64(f->q_dim, max64(f->v_dim, 1)));
+    f->mm_bytes = tdm_gpu_matmul_scratch_bytes(MM_CHUNK_ROWS, kin, f->B);
+}
+
+static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    const size_t B = (size_t)f->B, d = (size_t)hp->n_embd, k = (size_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 1);
+    const size_t W = (size_t)f->wide, Hv = (size_t)(hp->ssm_n_v_heads > 0 ? hp->ssm_n_v_heads : 1);
+    const size_t kv = (size_t)hp->n_attn_layers * (size_t)f->n_ctx * (size_t)f->kv_dim * 2;
+    f->conv_floats = (size_t)hp->n_rec_layers * (size_t)(hp->ssm_conv_kernel > 0 ? hp->ssm_conv_kernel - 1 : 0) *
+                     (size_t)f->conv_dim;
+    f->rec_floats = f->conv_floats + (size_t)hp->n_rec_layers * hp->ssm_n_v_heads * hp->ssm_d_k * hp->ssm_d_v;
+    tdm_status st = TDM_OK;
+#define DA(ptr, bytes) if (!st) st = dalloc(f, (bytes), &f->ptr, err)
+    DA(kc, kv); DA(vc, kv); DA(rec, f->rec_floats * sizeof(float));
+    DA(x, B * d * 4); DA(xn, B * d * 4); DA(tmp, B * d * 4);
+    DA(p1, B * W * 4); DA(p2, B * W * 4); DA(p3, B * W * 4);
+    DA(q, B * W * 4); DA(gate, B * W * 4); DA(ao, B * W * 4);
+    DA(beta, B * Hv * 4); DA(alpha, B * Hv * 4);
+    DA(rl, B * (size_t)max64(hp->n_expert, 1) * 4); DA(sg, B * 4);
+    DA(ids, B * k * 4); DA(wts, B * k * 4);
+    DA(h, B * (k + 1) * (size_t)f->h_stride * 4);
+    DA(logits, (size_t)LOGIT_ROWS * hp->n_vocab * 4);
+    DA(mm_scratch, f->mm_bytes);
+    DA(identity, (size_t)max64(hp->n_expert, 1) * 4);
+    DA(zeros, B * 4); DA(ones, B * 4); DA(pos, B * 4);
+#undef DA
+    if (!st)
+        st = tdm_gpu_alloc_host(f->g, B * d * sizeof(float), (void **)&f->hx, err);
+    if (!st)
+        st = tdm_gpu_alloc_host(f->g, B * sizeof(int32_t), (void **)&f->hpos, err);
+    if (st)
+        return st;
+    int32_t *id = malloc((size_t)max64(hp->n_expert, 1) * sizeof(int32_t));
+    f->hids = malloc(B * k * sizeof(int32_t));
+    f->hwts = malloc(B * k * sizeof(float));
+    if (!id || !f->hids || !f->hwts) {
+        free(id);
+        return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: host buffers");
+    }
+    for (int32_t e = 0; e < max64(hp->n_expert, 1); e++)
+        id[e] = e;
+    st = tdm_gpu_upload(f->g, f->identity, id, (size_t)max64(hp->n_expert, 1) * sizeof(int32_t), err);
+    free(id);
+    if (!st)
+        st = tdm_gpu_memset(f->g, f->zeros, 0, B * 4, err);
+    if (!st)
+        st = tdm_gpu_fill_f32(f->g, f->ones, 1.0f, B, err);
+    return st;
+}
+
+tdm_status tdm_forward_gpu_new(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
+                               tdm_forward_gpu **out, tdm_error *err)
+{
+    *out = NULL;
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    if (n_ctx <= 0 || max_batch <= 0)
+        return tdm_error_set(err, TDM_ERR_INVALID, "forward_gpu: n_ctx %d and max_batch %d must be positive", n_ctx,
+                             max_batch);
+    if (!tdm_gpu_available())
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "forward_gpu: no CUDA device (or a build without CUDA)");
+    tdm_forward_gpu *f = calloc(1, sizeof *f);
+    if (!f)
+        return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu context");
+    f->m = m;
+    f->hp = hp;
+    f->n_ctx = n_ctx;
+    f->B = max_batch < n_ctx ? max_batch : n_ctx;
+    f->mm_min = MV_MAX;
+    size_dims(f);
+    f->L = calloc((size_t)hp->n_layer, sizeof *f->L);
+    tdm_status st = f->L ? tdm_gpu_create(device, &f->g, err) : tdm_error_set(err, TDM_ERR_OOM, "forward_gpu layers");
+    if (!st)
+        st = alloc_state(f, err);
+    for (int32_t il = 0; il < hp->n_layer && !st; il++) {
+        st = upload_layer(f, tdm_model_layer(m, il), &f->L[il], err);
+        if (st)
+            tdm_error_wrap(err, "layer %d", il);
+    }
+    if (!st)
+        st = up_weight(f, tdm_model_output_norm(m), &f->out_norm, err);
+    if (!st)
+        st = up_weight(f, tdm_model_output(m), &f->output, err);
+    if (!st)
+        st = tdm_forward_gpu_reset(f, err);
+    if (!st)
+        st = tdm_gpu_sync(f->g, err);
+    if (st) {
+        tdm_forward_gpu_free(f);
+        return st;
+    }
+    *out = f;
+    return TDM_OK;
+}
+
+size_t tdm_forward_gpu_bytes(const tdm_forward_gpu *f) { return f->bytes; }
+size_t tdm_forward_gpu_weight_bytes(const tdm_forward_gpu *f) { return f->weight_bytes; }
+int32_t tdm_forward_gpu_n_ctx(const tdm_forward_gpu *f) { return f->n_ctx; }
+tdm_gpu *tdm_forward_gpu_context(tdm_forward_gpu *f) { return f->g; }
+void tdm_forward_gpu_set_matmul_min(tdm_forward_gpu *f, int32_t n) { f->mm_min = n < 1 ? 1 : n; }
+size_t tdm_forward_gpu_rec_floats(const tdm_forward_gpu *f) { return f->rec_floats; }
+
+void tdm_forward_gpu_set_route_hook(tdm_forward_gpu *f, tdm_forward_route_fn fn, void *user)
+{
+    f->hook = fn;
+    f->hook_user = user;
+}
+
+tdm_status tdm_forward_gpu_reset(tdm_forward_gpu *f, tdm_error *err)
+{
+    return tdm_gpu_memset(f->g, f->rec, 0, f->rec_floats * sizeof(float), err);
+}
+
+tdm_status tdm_forward_gpu_rec_save(tdm_forward_gpu *f, float *dst, tdm_error *err)
+{
+    return f->rec_floats ? tdm_gpu_download(f->g, dst, f->rec, f->rec_floats * sizeof(float), err) : TDM_OK;
+}
+
+tdm_status tdm_forward_gpu_rec_load(tdm_forward_gpu *f, const float *src, tdm_error *err)
+{
+    return f->rec_floats ? tdm_gpu_upload(f->g, f->rec, src, f->rec_floats * sizeof(float), err) : TDM_OK;
+}
+
+/* ---- products ---- */
+
+/* y[t] = (acc ? y[t] : 0) + W x[t] for n tokens: matvec in chunks of 8, or
+ * the fp16 GEMM for long batches of non-F32 weights (acc through tmp). */
+static tdm_status proj(tdm_forward_gpu *f, const dweight *w, const float *x, int32_t n, float *y, bool acc,
+                       tdm_error *err)
+{
+    if (n > f->mm_min && w->type != TDM_Q_F32) {
+        float *dst = acc ? f->tmp : y;
+        if (acc && w->rows > f->hp->n_embd)
+            return tdm_error_set(err, TDM_ERR_INVALID, "forward_gpu: accumulated product of %lld rows",
+                                 (long long)w->rows);
+        tdm_status st = tdm_gpu_matmul(f->g, w->type, w->d, w->rows, w->cols, x, n, dst, f->mm_scratch, f->mm_bytes,
+                                       err);
+        if (!st && acc)
+            st = tdm_gpu_add_f32(f->g, y, f->tmp, (size_t)n * w->rows, err);
+        return st;
+    }
+    for (int32_t t0 = 0; t0 < n; t0 += MV_MAX) {
+        const int nt = n - t0 < MV_MAX ? n - t0 : MV_MAX;
+        tdm_status st = tdm_gpu_matvec(f->g, w->type, w->d, w->rows, w->cols, x + (size_t)t0 * w->cols, nt,
+                                       y + (size_t)t0 * w->rows, acc, err);
+        if (st)
+            return st;
+    }
+    return TDM_OK;
+}
+
+/* ---- layers (forward.c's attention_layer / deltanet_layer / ffn_layer) ---- */
+
+#define TRY(call)            \
+    do {                     \
+        tdm_status st_ = (call); \
+        if (st_)             \
+            return st_;      \
+    } while (0)
+
+static tdm_status attention_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer *gl, int32_t n, int32_t pos0,
+                                  tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    const int64_t H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, d = hp->n_embd;
+    const size_t per_layer = (size_t)Hkv * f->n_ctx * hd;
+    uint16_t *kc = f->kc + (size_t)L->slot * per_layer, *vc = f->vc + (size_t)L->slot * per_layer;
+    float *Q = f->q, *K = f->p2, *V = f->p3;
+    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, n, d, d, hp->norm_eps, err));
+    if (hp->attn_gated) {
+        TRY(proj(f, &gl->wq, f->xn, n, f->p1, false, err));
+        TRY(tdm_gpu_qgate_split(f->g, f->p1, Q, f->gate, n, H, hd, err));
+    } else {
+        TRY(proj(f, &gl->wq, f->xn, n, Q, false, err));
+    }
+    TRY(proj(f, &gl->wk, f->xn, n, K, false, err));
+    TRY(proj(f, &gl->wv, f->xn, n, V, false, err));
+    TRY(tdm_gpu_rmsnorm(f->g, Q, gl->q_norm.d, Q, (int64_t)n * H, hd, hd, hp->norm_eps, err));
+    TRY(tdm_gpu_rmsnorm(f->g, K, gl->k_norm.d, K, (int64_t)n * Hkv, hd, hd, hp->norm_eps, err));
+    TRY(tdm_gpu_rope(f->g, Q, n, H, hd, H * hd, hp->n_rot, (float)hp->rope_base, f->pos, err));
+    TRY(tdm_gpu_rope(f->g, K, n, Hkv, hd, Hkv * hd, hp->n_rot, (float)hp->rope_base, f->pos, err));
+    TRY(tdm_gpu_kv_store(f->g, K, V, Hkv * hd, kc, vc, Hkv, hd, f->n_ctx, pos0, n, err));
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    TRY(tdm_gpu_attention(f->g, Q, kc, vc, hp->attn_gated ? f->gate : NULL, f->ao, n, H, Hkv, hd, f->n_ctx, pos0,
+                          scale, err));
+    return proj(f, &gl->wo, f->ao, n, f->x, true, err);
+}
+
+static tdm_status deltanet_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer *gl, int32_t n,
+                                 tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    const int64_t d = hp->n_embd, Hv = hp->ssm_n_v_heads, K = hp->ssm_conv_kernel;
+    float *conv_state = f->rec + (size_t)L->slot * (size_t)(K - 1) * f->conv_dim;
+    float *S = f->rec + f->conv_floats + (size_t)L->slot * Hv * hp->ssm_d_k * hp->ssm_d_v;
+    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, n, d, d, hp->norm_eps, err));
+    TRY(proj(f, &gl->qkv, f->xn, n, f->p1, false, err));
+    TRY(proj(f, &gl->z, f->xn, n, f->p2, false, err));
+    TRY(proj(f, &gl->beta, f->xn, n, f->beta, false, err));
+    TRY(proj(f, &gl->alpha, f->xn, n, f->alpha, false, err));
+    TRY(tdm_gpu_ssm_conv(f->g, f->p1, gl->conv.d, conv_state, f->p3, n, f->conv_dim, K, err));
+    const tdm_gpu_deltanet_shape sh = {
+        .n_k_head = hp->ssm_n_k_heads, .n_v_head = Hv, .d_k = hp->ssm_d_k, .d_v = hp->ssm_d_v,
+        .map = hp->vhead_tiled ? TDM_GPU_HEADS_TILED : TDM_GPU_HEADS_GROUPED, .eps = 1e-6f};
+    TRY(tdm_gpu_deltanet(f->g, &sh, f->p3, f->beta, f->alpha, gl->a.d, gl->dt.d, S, f->ao, n, err));
+    TRY(tdm_gpu_rmsnorm_gated(f->g, f->ao, f->p2, gl->ssm_norm.d, f->q, (int64_t)n * Hv, hp->ssm_d_v, hp->norm_eps,
+                              err));
+    return proj(f, &gl->out, f->q, n, f->x, true, err);
+}
+
+static tdm_status route_hook(tdm_forward_gpu *f, int32_t il, int32_t n, int32_t pos0, int32_t k, tdm_error *err)
+{
+    TRY(tdm_gpu_download(f->g, f->hids, f->ids, (size_t)n * k * sizeof(int32_t), err));
+    TRY(tdm_gpu_download(f->g, f->hwts, f->wts, (size_t)n * k * sizeof(float), err));
+    for (int32_t t = 0; t < n; t++)
+        f->hook(f->hook_user, pos0 + t, il, k, f->hids + (size_t)t * k, f->hwts + (size_t)t * k);
+    return TDM_OK;
+}
+
+static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer *gl, int32_t il, int32_t n,
+                            int32_t pos0, tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    const int64_t d = hp->n_embd;
+    const int32_t k = gl->k;
+    const int32_t *ids = f->zeros;
+    const float *wts = f->ones;
+    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->xn, n, d, d, hp->norm_eps, err));
+    if (L->ffn == TDM_FFN_MOE) {
+        TRY(proj(f, &gl->router, f->xn, n, f->rl, false, err));
+        if (gl->shexp_gate.d)
+            TRY(proj(f, &gl->shexp_gate, f->xn, n, f->sg, false, err));
+        TRY(tdm_gpu_router(f->g, f->rl, n, hp->n_expert, k, hp->norm_topk, f->ids, f->wts, err));
+        if (f->hook)
+            TRY(route_hook(f, il, n, pos0, k, err));
+        ids = f->ids;
+        wts = f->wts;
+    }
+    TRY(tdm_gpu_moe_gate_up(f->g, &gl->moe, f->xn, ids, n, k, f->h, err));
+    return tdm_gpu_moe_down(f->g, &gl->moe, f->h, ids, wts, n, k, NULL, f->x, true, err);
+}
+
+/* ---- driver ---- */
+
+/* Token embeddings dequantised on the host (the table stays in the mapping)
+ * and uploaded with the positions. */
+static tdm_status embed(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, tdm_error *err)
+{
+    const tdm_weight *te = tdm_model_tok_embd(f->m);
+    const int64_t d = f->hp->n_embd;
+    for (int32_t t = 0; t < n; t++) {
+        const uint8_t *row = (const uint8_t *)te->data + (size_t)tokens[t] * te->row_bytes;
+        if (tdm_dequant_row(te->type, row, f->hx + (size_t)t * d, d, err))
+            return tdm_error_wrap(err, "forward_gpu: embedding %s", te->name);
+        f->hpos[t] = pos0 + t;
+    }
+    TRY(tdm_gpu_upload(f->g, f->x, f->hx, (size_t)n * d * sizeof(float), err));
+    return tdm_gpu_upload(f->g, f->pos, f->hpos, (size_t)n * sizeof(int32_t), err);
+}
+
+static tdm_status head(tdm_forward_gpu *f, int32_t n, float *dst, bool all, tdm_error *err)
+{
+    const int64_t d = f->hp->n_embd, V = f->hp->n_vocab;
+    const int32_t r0 = all ? 0 : n - 1;
+    TRY(tdm_gpu_rmsnorm(f->g, f->x + (size_t)r0 * d, f->out_norm.d, f->xn + (size_t)r0 * d, n - r0, d, d,
+                        f->hp->norm_eps, err));
+    for (int32_t t0 = r0; t0 < n; t0 += LOGIT_ROWS) {
+        const int32_t nr = n - t0 < LOGIT_ROWS ? n - t0 : LOGIT_ROWS;
+        TRY(proj(f, &f->output, f->xn + (size_t)t0 * d, nr, f->logits, false, err));
+        TRY(tdm_gpu_download(f->g, dst + (size_t)(t0 - r0) * V, f->logits, (size_t)nr * V * sizeof(float), err));
+    }
+    return TDM_OK;
+}
+
+static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
+                             bool all, tdm_error *err)
+{
+    TRY(embed(f, tokens, n, pos0, err));
+    for (int32_t il = 0; il < f->hp->n_layer; il++) {
+        const tdm_layer *L = tdm_model_layer(f->m, il);
+        const glayer *gl = &f->L[il];
+        tdm_status st = L->kind == TDM_LAYER_ATTN ? attention_layer(f, L, gl, n, pos0, err)
+                                                  : deltanet_layer(f, L, gl, n, err);
+        if (!st)
+            st = ffn_layer(f, L, gl, il, n, pos0, err);
+        if (st)
+            return tdm_error_wrap(err, "layer %d", il);
+    }
+    if (logits)
+        return head(f, n, logits, all, err);
+    return tdm_gpu_sync(f->g, err);
+}
+
+tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
+                                bool logits_all, tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    if (n <= 0 || pos0 < 0 || (int64_t)pos0 + n > f->n_ctx)
+        return tdm_error_set(err, TDM_ERR_INVALID,
+                             "forward_gpu: %d tokens at position %d do not fit the context of %d", n, pos0, f->n_ctx);
+    for (int32_t t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
+            return tdm_error_set(err, TDM_ERR_INVALID,
+                                 "forward_gpu: token %d (at %d) is outside the vocabulary of %d", tokens[t], t,
+                                 hp->n_vocab);
+    for (int32_t b0 = 0; b0 < n; b0 += f->B) {
+        const int32_t nb = n - b0 < f->B ? n - b0 : f->B;
+        const bool last = b0 + nb == n;
+        float *dst = !logits ? NULL : logits_all ? logits + (size_t)b0 * hp->n_vocab : last ? logits : NULL;
+        TRY(eval_batch(f, tokens + b0, nb, pos0 + b0, dst, logits_all, err));
+    }
+    return TDM_OK;
+}

@@ -1,0 +1,86 @@
+/* forward_gpu: the whole model resident on one GPU. Mirrors engine/forward.c
+ * op for op (same layer structure, same DeltaNet layouts), with every weight
+ * uploaded in its file format and every activation in device memory:
+ *
+ *   a = RMSNorm(x)                          tdm_gpu_rmsnorm
+ *   attention: q|gate split, q/k norm, NeoX partial RoPE, fp16 KV store,
+ *              causal GQA attention with the sigmoid gate, wo (+= x)
+ *   DeltaNet:  qkv/z/beta/alpha projections (qwen3next's grouped ssm_ba is
+ *              split into beta and alpha matrices at upload), conv + SiLU,
+ *              exact recurrence (L2 norms inside), gated RMSNorm, out (+= x)
+ *   m = RMSNorm(x); router top-k on the device; fused MoE gate_up / down
+ *              (+ sigmoid-gated shared expert) accumulated into x
+ *   logits = output * RMSNorm(x)
+ *
+ * Products: up to 8 tokens use tdm_gpu_matvec (float32 activations); longer
+ * batches use tdm_gpu_matmul (fp16 GEMM) except for F32 weights (routers, the
+ * f32 test models), which stay on matvec in chunks of 8 so routing decisions
+ * see float32 logits. Expert weights: per layer one arena with a slot per
+ * expert (gate|up|down, copied from the file's 3-D tensors) and an identity
+ * residency table, so the fused kernels of the hybrid path run unchanged.
+ * Dense (mlp_only) layers are a one-expert arena with k = 1, weight 1.
+ *
+ * Differences to the CPU forward (numerical only): fp16 KV cache, float32
+ * RoPE angles, the DeltaNet recurrence for prompts as well (not chunked),
+ * fp16 GEMMs for prompt batches of non-F32 weights.
+ *
+ * No CUDA graph: tdm_gpu_kv_store/tdm_gpu_attention take the position as a
+ * host argument (gpu.h), so a captured decode step would bake in one
+ * position. A decode step is ~12 launches per layer, no host sync except the
+ * logits download (see docs/forward_gpu.md).
+ *
+ * Ownership: a tdm_forward_gpu borrows the model (host mapping used only for
+ * the token embedding, which is dequantised on the host per token) and owns a
+ * tdm_gpu context with all weights, state and scratch, sized at creation for
+ * n_ctx positions and max_batch tokens per internal batch; eval allocates
+ * nothing. One thread at a time.
+ */
+#ifndef TDM_FORWARD_GPU_H
+#define TDM_FORWARD_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "forward.h"
+#include "gpu.h"
+#include "model.h"
+#include "status.h"
+
+typedef struct tdm_forward_gpu tdm_forward_gpu;
+
+/* Uploads the model to device `device`. TDM_ERR_UNSUPPORTED without CUDA or
+ * for a weight format without GPU kernels; TDM_ERR_CUDA when it does not fit. */
+tdm_status tdm_forward_gpu_new(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
+                               tdm_forward_gpu **out, tdm_error *err);
+void tdm_forward_gpu_free(tdm_forward_gpu *f);
+
+/* Device bytes held (weights, state, scratch) and the weights alone. */
+size_t tdm_forward_gpu_bytes(const tdm_forward_gpu *f);
+size_t tdm_forward_gpu_weight_bytes(const tdm_forward_gpu *f);
+int32_t tdm_forward_gpu_n_ctx(const tdm_forward_gpu *f);
+/* The context (timing marks, bandwidth probes in benchmarks). */
+tdm_gpu *tdm_forward_gpu_context(tdm_forward_gpu *f);
+
+/* Zeroes the recurrent state. */
+tdm_status tdm_forward_gpu_reset(tdm_forward_gpu *f, tdm_error *err);
+
+/* As tdm_forward_eval (forward.h); logits are downloaded (synchronises). */
+tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
+                                bool logits_all, tdm_error *err);
+
+/* Recurrent state in the CPU forward's layout (conv windows, then DeltaNet
+ * states), so checkpoints move between backends. */
+size_t tdm_forward_gpu_rec_floats(const tdm_forward_gpu *f);
+tdm_status tdm_forward_gpu_rec_save(tdm_forward_gpu *f, float *dst, tdm_error *err);
+tdm_status tdm_forward_gpu_rec_load(tdm_forward_gpu *f, const float *src, tdm_error *err);
+
+/* Route hook: supported, but each MoE layer then downloads its ids/weights
+ * (one host sync per layer): for profiling, not for speed. */
+void tdm_forward_gpu_set_route_hook(tdm_forward_gpu *f, tdm_forward_route_fn fn, void *user);
+
+/* Tokens per batch above which non-F32 products use the fp16 GEMM (default 8;
+ * a larger value keeps prompts on float32 matvec, slower but closer to the CPU). */
+void tdm_forward_gpu_set_matmul_min(tdm_forward_gpu *f, int32_t n);
+
+#endif

@@ -1,0 +1,14 @@
+/* gpu_fwd_none: gpu_fwd.h in builds without CUDA. */
+#ifndef TDM_HAVE_CUDA
+
+#include "gpu_fwd.h"
+
+tdm_status tdm_gpu_add_f32(tdm_gpu *g, float *y, const float *x, size_t n, tdm_error *err)
+{
+    (void)g, (void)y, (void)x, (void)n;
+    return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "gpu add: this build has no CUDA support");
+}
+
+#else
+typedef int tdm_gpu_fwd_none_unused;
+#endif
