@@ -32,20 +32,31 @@ typedef struct meta {
     tdm_error *err;
 } meta;
 
+/* Forms "{arch}.key" into full and says whether the file has it; absent keys
+ * are an error when required. */
+static tdm_status meta_key(const meta *mt, const char *key, bool required, char full[160], bool *present)
+{
+    snprintf(full, 160, "%s.%s", mt->arch, key);
+    *present = tdm_gguf_find_key(mt->g, full) >= 0;
+    if (!*present && required)
+        return tdm_error_set(mt->err, TDM_ERR_FORMAT, "missing metadata key %s", full);
+    return TDM_OK;
+}
+
 /* Reads {arch}.key as u32; when absent, def (>= 0) is used or, for def < 0,
  * the key is required. */
 static tdm_status meta_u32(const meta *mt, const char *key, int64_t def, int32_t *out)
 {
     char full[160];
-    snprintf(full, sizeof full, "%s.%s", mt->arch, key);
-    if (tdm_gguf_find_key(mt->g, full) < 0) {
-        if (def < 0)
-            return tdm_error_set(mt->err, TDM_ERR_FORMAT, "missing metadata key %s", full);
-        *out = (int32_t)def;
-        return TDM_OK;
+    bool present;
+    tdm_status st = meta_key(mt, key, def < 0, full, &present);
+    if (st || !present) {
+        if (!st)
+            *out = (int32_t)def;
+        return st;
     }
     uint32_t v;
-    tdm_status st = tdm_gguf_get_u32(mt->g, full, &v, mt->err);
+    st = tdm_gguf_get_u32(mt->g, full, &v, mt->err);
     if (st)
         return st;
     if (v > (1u << 30))
@@ -57,15 +68,15 @@ static tdm_status meta_u32(const meta *mt, const char *key, int64_t def, int32_t
 static tdm_status meta_f32(const meta *mt, const char *key, double def, double *out)
 {
     char full[160];
-    snprintf(full, sizeof full, "%s.%s", mt->arch, key);
-    if (tdm_gguf_find_key(mt->g, full) < 0) {
-        if (def < 0)
-            return tdm_error_set(mt->err, TDM_ERR_FORMAT, "missing metadata key %s", full);
-        *out = def;
-        return TDM_OK;
+    bool present;
+    tdm_status st = meta_key(mt, key, def < 0, full, &present);
+    if (st || !present) {
+        if (!st)
+            *out = def;
+        return st;
     }
     float v;
-    tdm_status st = tdm_gguf_get_f32(mt->g, full, &v, mt->err);
+    st = tdm_gguf_get_f32(mt->g, full, &v, mt->err);
     if (st)
         return st;
     if (!(v > 0) || v != v)
