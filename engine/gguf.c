@@ -89,7 +89,7 @@ const char *tdm_gguf_vtype_name(tdm_gguf_vtype t)
     return (unsigned)t <= TDM_GGUF_FLOAT64 ? k_vtype_names[t] : "?";
 }
 
-static uint64_t vsize(uint32_t t)
+size_t tdm_gguf_vtype_size(tdm_gguf_vtype t)
 {
     switch (t) {
     case TDM_GGUF_UINT8: case TDM_GGUF_INT8: case TDM_GGUF_BOOL: return 1;
@@ -193,7 +193,7 @@ static tdm_status array_header(rd *r, const char *ctx, uint32_t *elem, uint64_t 
  * that holds them (1 for a KV's own array). */
 static tdm_status skip_elems(rd *r, uint32_t elem, uint64_t count, int depth, const char *ctx)
 {
-    uint64_t es = vsize(elem);
+    uint64_t es = tdm_gguf_vtype_size(elem);
     if (es) {
         if (count > left(r) / es) return truncated(r, count * es, ctx);
         r->pos += count * es;
@@ -220,7 +220,7 @@ static tdm_status skip_value(rd *r, uint32_t t, int depth, const char *ctx)
         tdm_status st = array_header(r, ctx, &elem, &count);
         return st ? st : skip_elems(r, elem, count, depth, ctx);
     }
-    uint64_t n = vsize(t);
+    uint64_t n = tdm_gguf_vtype_size(t);
     if (left(r) < n) return truncated(r, n, ctx);
     r->pos += n;
     return TDM_OK;
@@ -717,7 +717,7 @@ static tdm_status lookup(const tdm_gguf *g, const char *key, const kv_ent **e, t
  * non-negative ones also in u. false when t is not an integer type. */
 static bool read_int(uint32_t t, const uint8_t *p, bool *neg, uint64_t *u, int64_t *s)
 {
-    uint64_t n = vsize(t), raw = rd_le(p, (unsigned)n);
+    uint64_t n = tdm_gguf_vtype_size(t), raw = rd_le(p, (unsigned)n);
     switch (t) {
     case TDM_GGUF_UINT8: case TDM_GGUF_UINT16: case TDM_GGUF_UINT32: case TDM_GGUF_UINT64:
         *neg = false; *u = raw; *s = raw > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)raw;
@@ -899,7 +899,7 @@ tdm_status tdm_gguf_arr_int(const tdm_gguf *g, const char *key, uint64_t i, int6
     const kv_ent *e;
     tdm_status st = arr_elem(g, key, i, &e, err);
     if (st) return st;
-    const uint8_t *p = g->base + e->pos + i * vsize(e->elem);
+    const uint8_t *p = g->base + e->pos + i * tdm_gguf_vtype_size(e->elem);
     bool neg;
     uint64_t u;
     int64_t s;
@@ -923,7 +923,7 @@ tdm_status tdm_gguf_arr_float(const tdm_gguf *g, const char *key, uint64_t i, do
     const kv_ent *e;
     tdm_status st = arr_elem(g, key, i, &e, err);
     if (st) return st;
-    if (!read_float(e->elem, g->base + e->pos + i * vsize(e->elem), out))
+    if (!read_float(e->elem, g->base + e->pos + i * tdm_gguf_vtype_size(e->elem), out))
         return tdm_error_set(err, TDM_ERR_FORMAT, "key '%s': array of %s, expected FLOAT32 or FLOAT64",
                              key, tdm_gguf_vtype_name(e->elem));
     return TDM_OK;

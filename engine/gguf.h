@@ -135,6 +135,8 @@ tdm_status tdm_gguf_check_tensor_data(const tdm_gguf_tensor *t, tdm_error *err);
 
 /* "UINT32", "STRING", ...; "?" for an unknown id. */
 const char *tdm_gguf_vtype_name(tdm_gguf_vtype t);
+/* Bytes of one scalar of type t; 0 for STRING, ARRAY and unknown types. */
+size_t tdm_gguf_vtype_size(tdm_gguf_vtype t);
 
 /* Out-of-range i: kv_key() returns NULL and kv_type() returns (tdm_gguf_vtype)-1. */
 

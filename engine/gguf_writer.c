@@ -95,17 +95,6 @@ static void kv_put_le(tdm_gguf_writer *w, uint64_t v, size_t n)
     w->kv_len += n;
 }
 
-static size_t vtype_size(tdm_gguf_vtype t)
-{
-    switch (t) {
-    case TDM_GGUF_UINT8: case TDM_GGUF_INT8: case TDM_GGUF_BOOL: return 1;
-    case TDM_GGUF_UINT16: case TDM_GGUF_INT16: return 2;
-    case TDM_GGUF_UINT32: case TDM_GGUF_INT32: case TDM_GGUF_FLOAT32: return 4;
-    case TDM_GGUF_UINT64: case TDM_GGUF_INT64: case TDM_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 static tdm_status check_writable(const tdm_gguf_writer *w, tdm_error *err)
 {
     if (!w) return tdm_error_set(err, TDM_ERR_INVALID, "gguf writer: NULL writer");
@@ -151,7 +140,7 @@ static tdm_status kv_begin(tdm_gguf_writer *w, const char *key, tdm_gguf_vtype t
 static tdm_status add_scalar(tdm_gguf_writer *w, const char *key, tdm_gguf_vtype t, uint64_t bits,
                              tdm_error *err)
 {
-    size_t n = vtype_size(t);
+    size_t n = tdm_gguf_vtype_size(t);
     tdm_status st = kv_begin(w, key, t, n, err);
     if (st) return st;
     kv_put_le(w, bits, n);
@@ -276,7 +265,7 @@ tdm_status tdm_gguf_writer_add_str(tdm_gguf_writer *w, const char *key, const ch
 tdm_status tdm_gguf_writer_add_arr(tdm_gguf_writer *w, const char *key, tdm_gguf_vtype elem_type,
                                    const void *elems, uint64_t count, tdm_error *err)
 {
-    size_t es = vtype_size(elem_type);
+    size_t es = tdm_gguf_vtype_size(elem_type);
     if (es == 0)
         return tdm_error_set(err, TDM_ERR_INVALID,
                              "gguf writer: key '%s': array element type %d needs add_arr_str/add_raw",
