@@ -1,0 +1,258 @@
+/* gpu_decode: the model fully resident on one GPU (engine/forward_gpu.h):
+ * decode tok/s and prompt tok/s (512 and 4096 tokens), each next to the HBM
+ * bound for the bytes that pass needs, with the device copy bandwidth
+ * measured in the same run through gpu.h. Prints a table; writes JSON
+ * (default bench/results/gpu_decode-<host>.json).
+ *   gpu_decode (-m MODEL | --synth) [--synth-out FILE] [--gen N] [--out FILE]
+ * --synth writes the synthetic Qwen3.5-35B-A3B (Q4_K_M shapes and types,
+ * random weights) with build/tools/synth first (about 20 GB; default
+ * /tmp/q35.gguf, kept for the next run: an existing file is reused).
+ *
+ * Bytes per decoded token: every resident weight except the routed experts
+ * (attention / DeltaNet, norms, routers, shared experts, output head) plus
+ * k routed experts per MoE layer (gate + up + down); the KV cache read is
+ * added per position. Prompt bound: all weights read once per internal batch
+ * (512 tokens), a bandwidth-only bound (prompts are compute-bound). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "forward_gpu.h"
+#include "gpu.h"
+#include "model.h"
+
+#define CHECK(call)                                                                    \
+    do {                                                                               \
+        tdm_status s_ = (call);                                                        \
+        if (s_ != TDM_OK) {                                                            \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, err.msg);    \
+            exit(1);                                                                   \
+        }                                                                              \
+    } while (0)
+
+static tdm_error err;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static size_t wbytes(const tdm_weight *w) { return w->data ? w->mat_bytes * (size_t)w->n_mat : 0; }
+
+/* Weights read per decoded token (see the header comment) and in total. */
+static void model_bytes(const tdm_model *m, double *per_token, double *total)
+{
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    double dense = 0, all = 0;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const tdm_layer *L = tdm_model_layer(m, il);
+        const tdm_weight *ws[] = {&L->attn_norm, &L->post_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->q_norm,
+                                  &L->k_norm, &L->ssm_qkv, &L->ssm_z, &L->ssm_ba, &L->ssm_beta, &L->ssm_alpha,
+                                  &L->ssm_conv, &L->ssm_dt, &L->ssm_a, &L->ssm_norm, &L->ssm_out, &L->router,
+                                  &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->shexp_gate, &L->ffn_gate,
+                                  &L->ffn_up, &L->ffn_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            dense += (double)wbytes(ws[i]);
+        const double ex = (double)wbytes(&L->gate_exps) + wbytes(&L->up_exps) + wbytes(&L->down_exps);
+        all += ex;
+        if (L->gate_exps.data)
+            dense += ex / (double)L->gate_exps.n_mat * hp->n_expert_used;
+    }
+    dense += (double)wbytes(tdm_model_output_norm(m)) + wbytes(tdm_model_output(m));
+    *per_token = dense;
+    *total = all + dense; /* routed experts counted in full, dense parts once */
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const tdm_layer *L = tdm_model_layer(m, il);
+        if (L->gate_exps.data)
+            *total -= ((double)wbytes(&L->gate_exps) + wbytes(&L->up_exps) + wbytes(&L->down_exps)) /
+                      (double)L->gate_exps.n_mat * hp->n_expert_used;
+    }
+}
+
+/* Device-to-device copy bandwidth (read + write), median of 7 over 1 GiB. */
+static double copy_gbs(tdm_gpu *g)
+{
+    const size_t bytes = (size_t)1 << 30;
+    void *a, *b;
+    CHECK(tdm_gpu_alloc(g, bytes, &a, &err));
+    CHECK(tdm_gpu_alloc(g, bytes, &b, &err));
+    CHECK(tdm_gpu_memset(g, a, 0x5A, bytes, &err));
+    double best[7];
+    for (int r = 0; r < 7; r++) {
+        float ms;
+        CHECK(tdm_gpu_mark(g, 0, &err));
+        for (int i = 0; i < 10; i++)
+            CHECK(tdm_gpu_copy(g, i & 1 ? a : b, i & 1 ? b : a, bytes, &err));
+        CHECK(tdm_gpu_mark(g, 1, &err));
+        CHECK(tdm_gpu_elapsed_ms(g, 0, 1, &ms, &err));
+        best[r] = 2.0 * bytes * 10 / (ms * 1e-3) / 1e9;
+    }
+    for (int i = 0; i < 7; i++) /* median */
+        for (int j = i + 1; j < 7; j++)
+            if (best[j] < best[i]) {
+                double t = best[i];
+                best[i] = best[j], best[j] = t;
+            }
+    tdm_gpu_release(g, a);
+    tdm_gpu_release(g, b);
+    return best[3];
+}
+
+static int synth(const char *out)
+{
+    struct stat sb;
+    if (stat(out, &sb) == 0 && sb.st_size > 0) {
+        printf("reusing %s\n", out);
+        return 0;
+    }
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "build/tools/synth --preset qwen35-35b-a3b -o '%s'", out);
+    printf("%s\n", cmd);
+    return system(cmd);
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = NULL, *out = NULL, *synth_out = "/tmp/q35.gguf";
+    int gen = 128, do_synth = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-m") && v)
+            model = v, i++;
+        else if (!strcmp(a, "--synth"))
+            do_synth = 1;
+        else if (!strcmp(a, "--synth-out") && v)
+            synth_out = v, i++;
+        else if (!strcmp(a, "--gen") && v)
+            gen = atoi(v), i++;
+        else if (!strcmp(a, "--out") && v)
+            out = v, i++;
+        else {
+            fprintf(stderr, "usage: gpu_decode (-m MODEL | --synth) [--synth-out FILE] [--gen N] [--out FILE]\n");
+            return 2;
+        }
+    }
+    if (do_synth) {
+        if (synth(synth_out))
+            return 1;
+        model = synth_out;
+    }
+    if (!model || gen < 1) {
+        fprintf(stderr, "gpu_decode: -m MODEL or --synth required (and --gen >= 1)\n");
+        return 2;
+    }
+    if (!tdm_gpu_available()) {
+        fprintf(stderr, "gpu_decode: no CUDA device\n");
+        return 1;
+    }
+    char host[256] = "unknown", outbuf[512];
+    gethostname(host, sizeof host - 1);
+    if (!out) {
+        snprintf(outbuf, sizeof outbuf, "bench/results/gpu_decode-%s.json", host);
+        out = outbuf;
+    }
+    tdm_model *m;
+    CHECK(tdm_model_load(model, &m, &err));
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    char desc[512];
+    tdm_model_describe(m, desc, sizeof desc);
+    printf("%s\n", desc);
+    const int32_t n_ctx = 4096 + gen + 64;
+    double t0 = now();
+    tdm_forward_gpu *f;
+    CHECK(tdm_forward_gpu_new(m, 0, n_ctx, 512, &f, &err));
+    printf("upload: %.1f s, %.2f GiB on the device (%.2f GiB weights)\n", now() - t0,
+           tdm_forward_gpu_bytes(f) / 1073741824.0, tdm_forward_gpu_weight_bytes(f) / 1073741824.0);
+    tdm_gpu *g = tdm_forward_gpu_context(f);
+    tdm_gpu_info info;
+    CHECK(tdm_gpu_query(g, &info, &err));
+    const double bw = copy_gbs(g);
+    double per_tok, total;
+    model_bytes(m, &per_tok, &total);
+    printf("device %s, copy %.0f GB/s; %.1f MB per decoded token, %.2f GB of weights\n", info.name, bw,
+           per_tok / 1e6, total / 1e9);
+
+    int32_t *tok = malloc((size_t)n_ctx * sizeof(int32_t));
+    for (int32_t i = 0; i < n_ctx; i++)
+        tok[i] = (int32_t)((i * 7919u + 13u) % (unsigned)(hp->n_vocab > 1000 ? 1000 : hp->n_vocab));
+    float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    const double kv_per_pos = (double)hp->n_attn_layers * 2.0 * hp->n_head_kv * hp->head_dim * 2.0;
+
+    cJSON *root = cJSON_CreateObject(), *rows = cJSON_CreateArray();
+    cJSON_AddStringToObject(root, "host", host);
+    cJSON_AddStringToObject(root, "device", info.name);
+    cJSON_AddStringToObject(root, "model", desc);
+    cJSON_AddNumberToObject(root, "copy_gbs", bw);
+    cJSON_AddNumberToObject(root, "decode_bytes_per_token", per_tok);
+    cJSON_AddNumberToObject(root, "weight_bytes", total);
+    cJSON_AddNumberToObject(root, "timestamp", (double)time(NULL));
+    printf("\n%-14s %8s %10s %10s %8s\n", "pass", "tokens", "tok/s", "HBM bound", "ratio");
+
+    /* prompts: 512 and 4096 tokens from an empty state */
+    const int32_t plen[2] = {512, 4096};
+    for (int i = 0; i < 2; i++) {
+        CHECK(tdm_forward_gpu_reset(f, &err));
+        CHECK(tdm_forward_gpu_eval(f, tok, 8, 0, logits, false, &err)); /* warm-up */
+        CHECK(tdm_forward_gpu_reset(f, &err));
+        t0 = now();
+        CHECK(tdm_forward_gpu_eval(f, tok, plen[i], 0, logits, false, &err));
+        const double s = now() - t0, tps = plen[i] / s;
+        const double bound = plen[i] / (total * ceil(plen[i] / 512.0) / (bw * 1e9));
+        printf("%-14s %8d %10.1f %10.1f %8.3f\n", i ? "prompt 4096" : "prompt 512", plen[i], tps, bound, tps / bound);
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "pass", "prompt");
+        cJSON_AddNumberToObject(r, "tokens", plen[i]);
+        cJSON_AddNumberToObject(r, "tok_s", tps);
+        cJSON_AddNumberToObject(r, "hbm_bound_tok_s", bound);
+        cJSON_AddNumberToObject(r, "ratio", tps / bound);
+        cJSON_AddItemToArray(rows, r);
+    }
+    /* decode after a 512-token prompt */
+    CHECK(tdm_forward_gpu_reset(f, &err));
+    CHECK(tdm_forward_gpu_eval(f, tok, 512, 0, logits, false, &err));
+    for (int i = 0; i < 4; i++) /* warm-up */
+        CHECK(tdm_forward_gpu_eval(f, tok + 512 + i, 1, 512 + i, logits, false, &err));
+    t0 = now();
+    for (int i = 4; i < gen + 4; i++)
+        CHECK(tdm_forward_gpu_eval(f, tok + 512 + i, 1, 512 + i, logits, false, &err));
+    const double s = now() - t0, tps = gen / s;
+    const double bytes = per_tok + kv_per_pos * (512 + 4 + gen / 2.0);
+    const double bound = bw * 1e9 / bytes;
+    printf("%-14s %8d %10.1f %10.1f %8.3f   (%.2f ms/token)\n", "decode @512", gen, tps, bound, tps / bound,
+           1e3 * s / gen);
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "pass", "decode");
+    cJSON_AddNumberToObject(r, "tokens", gen);
+    cJSON_AddNumberToObject(r, "context", 512);
+    cJSON_AddNumberToObject(r, "tok_s", tps);
+    cJSON_AddNumberToObject(r, "hbm_bound_tok_s", bound);
+    cJSON_AddNumberToObject(r, "ratio", tps / bound);
+    cJSON_AddNumberToObject(r, "ms_per_token", 1e3 * s / gen);
+    cJSON_AddItemToArray(rows, r);
+    cJSON_AddItemToObject(root, "passes", rows);
+
+    char *js = cJSON_Print(root);
+    FILE *fo = fopen(out, "w");
+    if (fo) {
+        fputs(js, fo);
+        fputc('\n', fo);
+        fclose(fo);
+        printf("wrote %s\n", out);
+    } else {
+        fprintf(stderr, "gpu_decode: cannot write %s\n", out);
+    }
+    free(js);
+    cJSON_Delete(root);
+    free(tok), free(logits);
+    tdm_forward_gpu_free(f);
+    tdm_model_free(m);
+    return 0;
+}
