@@ -72,6 +72,8 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
             ok = parse_long(v, 0, 1 << 24, &l), o->n_predict = (int32_t)l;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             ok = parse_long(v, 1, 4096, &l), o->threads = (int)l;
+        } else if (!strcmp(a, "--device")) {
+            ok = tdm_device_parse(v, &o->device);
         } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
             ok = parse_long(v, 1, 1 << 24, &l), o->ctx = (int32_t)l;
         } else if (!strcmp(a, "--seed")) {
@@ -117,7 +119,7 @@ bool cli_gen_open(cli_gen_ctx *c, const cli_gen_opts *o, bool with_text)
     if (!st && with_text)
         st = tdm_sampler_new(tdm_model_hparams(c->model)->n_vocab, &o->sp, &c->smp, &err);
     if (!st)
-        st = tdm_session_new(c->model, o->ctx, &c->sess, &err);
+        st = tdm_session_new_device(c->model, o->ctx, o->device, &c->sess, &err);
     if (!st && with_text) {
         c->piece_cap = tdm_detok_cap(c->tok) + TDM_DETOK_FLUSH_MAX + 1;
         c->piece = malloc(c->piece_cap);

@@ -25,6 +25,7 @@ typedef struct cli_gen_opts {
     bool chat, no_think;    /* --chat --no-think */
     int threads;            /* --threads; 0 = OpenMP default */
     int32_t ctx;            /* --ctx */
+    tdm_device device;      /* --device auto|cpu|cuda (auto: cuda when a GPU is visible) */
 } cli_gen_opts;
 
 /* Parses the options above (any order). Returns 0, or 2 after printing a

@@ -1,4 +1,5 @@
-/* session: one conversation's state over the CPU forward (see session.h).
+/* session: one conversation's state over the CPU forward or the resident GPU
+ * forward (see session.h).
  *
  * Truncation and the recurrent state: attention KV rows can be cut anywhere
  * (positions >= n_past are simply rewritten later), but DeltaNet conv and
@@ -21,10 +22,13 @@
 #include <string.h>
 
 #include "forward.h"
+#include "forward_gpu.h"
+#include "gpu.h"
 
 struct tdm_session {
     tdm_model *m;
-    tdm_forward *f;
+    tdm_forward *f;       /* CPU backend, or NULL */
+    tdm_forward_gpu *fg;  /* CUDA backend, or NULL */
     int32_t n_ctx;
     int32_t n_past;
     int32_t *tokens;   /* [n_ctx] */
@@ -34,7 +38,35 @@ struct tdm_session {
     int32_t ckpt_pos[2]; /* -1: none */
 };
 
+bool tdm_device_parse(const char *s, tdm_device *out)
+{
+    static const char *names[] = {"auto", "cpu", "cuda"};
+    for (int i = 0; i < 3; i++)
+        if (s && !strcmp(s, names[i])) {
+            *out = (tdm_device)i;
+            return true;
+        }
+    return false;
+}
+
+const char *tdm_device_name(tdm_device d)
+{
+    return d == TDM_DEVICE_CPU ? "cpu" : d == TDM_DEVICE_CUDA ? "cuda" : "auto";
+}
+
+tdm_device tdm_session_device(const tdm_session *s) { return s->fg ? TDM_DEVICE_CUDA : TDM_DEVICE_CPU; }
+
+static size_t rec_floats(const tdm_session *s)
+{
+    return s->fg ? tdm_forward_gpu_rec_floats(s->fg) : tdm_forward_rec_floats(s->f);
+}
+
 tdm_status tdm_session_new(tdm_model *m, int32_t n_ctx, tdm_session **out, tdm_error *err)
+{
+    return tdm_session_new_device(m, n_ctx, TDM_DEVICE_CPU, out, err);
+}
+
+tdm_status tdm_session_new_device(tdm_model *m, int32_t n_ctx, tdm_device dev, tdm_session **out, tdm_error *err)
 {
     *out = NULL;
     if (!m || n_ctx <= 0)
@@ -46,7 +78,11 @@ tdm_status tdm_session_new(tdm_model *m, int32_t n_ctx, tdm_session **out, tdm_e
     s->m = m;
     s->n_ctx = n_ctx;
     s->ckpt_pos[0] = s->ckpt_pos[1] = -1;
-    tdm_status st = tdm_forward_new(m, n_ctx, TDM_FORWARD_BATCH_DEFAULT, &s->f, err);
+    if (dev == TDM_DEVICE_AUTO)
+        dev = tdm_gpu_available() ? TDM_DEVICE_CUDA : TDM_DEVICE_CPU;
+    tdm_status st = dev == TDM_DEVICE_CUDA
+                        ? tdm_forward_gpu_new(m, 0, n_ctx, TDM_FORWARD_BATCH_DEFAULT, &s->fg, err)
+                        : tdm_forward_new(m, n_ctx, TDM_FORWARD_BATCH_DEFAULT, &s->f, err);
     if (st) {
         free(s);
         return st;
@@ -55,7 +91,7 @@ tdm_status tdm_session_new(tdm_model *m, int32_t n_ctx, tdm_session **out, tdm_e
     s->tokens = malloc((size_t)n_ctx * sizeof(int32_t));
     s->logits = calloc((size_t)hp->n_vocab, sizeof(float));
     for (int i = 0; i < 2; i++)
-        s->ckpt[i] = s->has_rec ? malloc(tdm_forward_rec_floats(s->f) * sizeof(float)) : NULL;
+        s->ckpt[i] = s->has_rec ? malloc(rec_floats(s) * sizeof(float)) : NULL;
     if (!s->tokens || !s->logits || (s->has_rec && (!s->ckpt[0] || !s->ckpt[1]))) {
         tdm_session_free(s);
         return tdm_error_set(err, TDM_ERR_OOM, "session buffers for %d tokens", n_ctx);
@@ -69,6 +105,7 @@ void tdm_session_free(tdm_session *s)
     if (!s)
         return;
     tdm_forward_free(s->f);
+    tdm_forward_gpu_free(s->fg);
     free(s->tokens);
     free(s->logits);
     free(s->ckpt[0]);
@@ -84,7 +121,12 @@ const tdm_model *tdm_session_model(const tdm_session *s) { return s->m; }
 
 void tdm_session_reset(tdm_session *s)
 {
-    tdm_forward_reset(s->f);
+    if (s->fg) {
+        tdm_error e = {0};
+        (void)tdm_forward_gpu_reset(s->fg, &e); /* a device error shows again at the next eval */
+    } else {
+        tdm_forward_reset(s->f);
+    }
     s->n_past = 0;
     s->ckpt_pos[0] = s->ckpt_pos[1] = -1;
 }
@@ -93,7 +135,15 @@ static void save(tdm_session *s, int which)
 {
     if (!s->has_rec)
         return;
-    tdm_forward_rec_save(s->f, s->ckpt[which]);
+    if (s->fg) {
+        tdm_error e = {0};
+        if (tdm_forward_gpu_rec_save(s->fg, s->ckpt[which], &e)) {
+            s->ckpt_pos[which] = -1; /* no checkpoint rather than a wrong one */
+            return;
+        }
+    } else {
+        tdm_forward_rec_save(s->f, s->ckpt[which]);
+    }
     s->ckpt_pos[which] = s->n_past;
 }
 
@@ -120,7 +170,15 @@ int32_t tdm_session_truncate(tdm_session *s, int32_t n_keep)
         tdm_session_reset(s);
         return 0;
     }
-    tdm_forward_rec_load(s->f, s->ckpt[best]);
+    if (s->fg) {
+        tdm_error e = {0};
+        if (tdm_forward_gpu_rec_load(s->fg, s->ckpt[best], &e)) {
+            tdm_session_reset(s);
+            return 0;
+        }
+    } else {
+        tdm_forward_rec_load(s->f, s->ckpt[best]);
+    }
     s->n_past = s->ckpt_pos[best];
     for (int i = 0; i < 2; i++)
         if (s->ckpt_pos[i] > s->n_past)
@@ -140,8 +198,9 @@ tdm_status tdm_session_eval(tdm_session *s, const int32_t *tokens, int32_t n, fl
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
             return tdm_error_set(err, TDM_ERR_INVALID, "session eval: token %d is outside the vocabulary of %d",
                                  tokens[i], n_vocab);
-    tdm_status st = tdm_forward_eval(s->f, tokens, n, s->n_past, logits_all ? logits_all : s->logits,
-                                     logits_all != NULL, err);
+    float *dst = logits_all ? logits_all : s->logits;
+    tdm_status st = s->fg ? tdm_forward_gpu_eval(s->fg, tokens, n, s->n_past, dst, logits_all != NULL, err)
+                          : tdm_forward_eval(s->f, tokens, n, s->n_past, dst, logits_all != NULL, err);
     if (st) {
         /* the recurrent state may have advanced part-way: start over */
         tdm_session_reset(s);
@@ -158,7 +217,10 @@ tdm_status tdm_session_eval(tdm_session *s, const int32_t *tokens, int32_t n, fl
 
 void tdm_session_set_route_hook(tdm_session *s, tdm_route_hook hook, void *user)
 {
-    tdm_forward_set_route_hook(s->f, hook, user);
+    if (s->fg)
+        tdm_forward_gpu_set_route_hook(s->fg, hook, user);
+    else
+        tdm_forward_set_route_hook(s->f, hook, user);
 }
 
 tdm_forward *tdm_session_forward(tdm_session *s) { return s->f; }

@@ -10,6 +10,7 @@
 #ifndef TDM_SESSION_H
 #define TDM_SESSION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "model.h"
@@ -23,8 +24,25 @@ typedef struct tdm_session tdm_session;
 typedef void (*tdm_route_hook)(void *user, int32_t pos, int32_t layer, int32_t k,
                                const int32_t *experts, const float *weights);
 
-/* n_ctx: maximum tokens the session holds (prompt + generated). */
+/* Where the forward pass runs: the CPU forward (forward.h) or the model
+ * resident on the GPU (forward_gpu.h). AUTO: CUDA when tdm_gpu_available(). */
+typedef enum tdm_device {
+    TDM_DEVICE_AUTO = 0,
+    TDM_DEVICE_CPU,
+    TDM_DEVICE_CUDA
+} tdm_device;
+
+/* "auto", "cpu", "cuda" -> *out; false for anything else. */
+bool tdm_device_parse(const char *s, tdm_device *out);
+const char *tdm_device_name(tdm_device d);
+
+/* n_ctx: maximum tokens the session holds (prompt + generated). On the CPU. */
 tdm_status tdm_session_new(tdm_model *m, int32_t n_ctx, tdm_session **out, tdm_error *err);
+/* The same on the chosen device (AUTO resolved at creation; CUDA uploads the
+ * whole model: TDM_ERR_UNSUPPORTED without CUDA, TDM_ERR_CUDA when it does not fit). */
+tdm_status tdm_session_new_device(tdm_model *m, int32_t n_ctx, tdm_device dev, tdm_session **out, tdm_error *err);
+/* CPU or CUDA: the device the session runs on. */
+tdm_device tdm_session_device(const tdm_session *s);
 void tdm_session_free(tdm_session *s);
 
 int32_t tdm_session_n_ctx(const tdm_session *s);
@@ -61,7 +79,8 @@ void tdm_session_checkpoint(tdm_session *s);
 /* The model the session runs on. */
 const tdm_model *tdm_session_model(const tdm_session *s);
 
-/* The underlying CPU forward (forward.h), e.g. for debug captures. */
+/* The underlying CPU forward (forward.h), e.g. for debug captures and the
+ * hybrid executor; NULL when the session runs on CUDA. */
 typedef struct tdm_forward tdm_forward;
 tdm_forward *tdm_session_forward(tdm_session *s);
 
