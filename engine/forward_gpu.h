@@ -24,10 +24,12 @@
  * RoPE angles, the DeltaNet recurrence for prompts as well (not chunked),
  * fp16 GEMMs for prompt batches of non-F32 weights.
  *
- * No CUDA graph: tdm_gpu_kv_store/tdm_gpu_attention take the position as a
- * host argument (gpu.h), so a captured decode step would bake in one
- * position. A decode step is ~12 launches per layer, no host sync except the
- * logits download (see docs/forward_gpu.md).
+ * No CUDA graph yet: tdm_gpu_kv_store and tdm_gpu_attention take the position
+ * as a host argument (gpu.h), so a captured decode step would bake in one
+ * position; replay needs position-from-device variants of those two kernels
+ * (RoPE already reads device positions). A decode step is 2 host->device
+ * copies (embedding row, position), ~13 launches per attention layer, ~12 per
+ * DeltaNet layer, and 1 logits download (the only host sync).
  *
  * Ownership: a tdm_forward_gpu borrows the model (host mapping used only for
  * the token embedding, which is dequantised on the host per token) and owns a
