@@ -11,7 +11,8 @@
  *  - demo model: greedy continuations of models/demo/peer-greedy.json equal
  *    the CPU forward's (a divergence is accepted only at a near-tie of the
  *    CPU logits, |gap| < 0.02, where the comparison stops);
- *  - invalid tokens / context overflow refused.
+ *  - invalid tokens / context overflow refused;
+ *  - a session on CUDA (AUTO) truncates to its checkpoint and replays.
  * Skips every case when no CUDA device is visible. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include "forward_gpu.h"
 #include "gpu.h"
 #include "model.h"
+#include "session.h"
 
 static tdm_model *load(const char *path)
 {
@@ -328,6 +330,41 @@ static void test_demo_greedy(void **state)
     cJSON_Delete(pg);
 }
 
+/* ---- the session on CUDA: checkpoint + truncate as on the CPU ---- */
+
+static void test_session_cuda(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    micro mc;
+    micro_open(&mc, "micro-qwen35moe");
+    const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc.ref, "prompts"), "chat");
+    int32_t tokens[64];
+    const int n = fx_ints(cJSON_GetObjectItem(p, "tokens"), tokens, 64), V = mc.hp->n_vocab;
+    tdm_session *s;
+    tdm_error err = {0};
+    assert_int_equal(tdm_session_new_device(mc.m, 128, TDM_DEVICE_AUTO, &s, &err), TDM_OK);
+    assert_int_equal(tdm_session_device(s), TDM_DEVICE_CUDA);
+    assert_null(tdm_session_forward(s));
+    assert_int_equal(tdm_session_eval(s, tokens, n, NULL, &err), TDM_OK);
+    float *l0 = malloc(V * sizeof(float)), *l1 = malloc(V * sizeof(float));
+    int32_t extra[3] = {5, 17, 200};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(tdm_session_eval(s, extra + i, 1, NULL, &err), TDM_OK);
+    memcpy(l0, tdm_session_logits(s), V * sizeof(float));
+    const int32_t kept = tdm_session_truncate(s, n + 1);
+    assert_int_equal(kept, n); /* back to the prompt's checkpoint */
+    assert_int_equal(tdm_session_eval(s, extra, 3, NULL, &err), TDM_OK);
+    memcpy(l1, tdm_session_logits(s), V * sizeof(float));
+    printf("  session on cuda: truncate(%d) kept %d; continuation rel diff %.2e\n", n + 1, kept,
+           fx_rel_l2(l1, l0, V));
+    assert_true(fx_rel_l2(l1, l0, V) < 1e-5);
+    free(l0), free(l1);
+    tdm_session_free(s);
+    tdm_model_free(mc.m);
+    cJSON_Delete(mc.ref);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_micro_qwen3next),
         cmocka_unit_test(test_small_q4km),
         cmocka_unit_test(test_demo_greedy),
+        cmocka_unit_test(test_session_cuda),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
