@@ -26,6 +26,8 @@ const char tdm_cli_bench_help[] =
     "  --threads LIST  OpenMP thread counts to run, e.g. 1,2,4 (default: all)\n"
     "  --prompt LIST   prompt lengths in tokens (default 512,4096); text from the tokenizer\n"
     "  --gen N         greedy tokens generated after each prompt (default 256)\n"
+    "  --device D      auto|cpu|cuda: where the forward runs (default auto: cuda when a GPU\n"
+    "                  is visible; cuda holds the whole model on the GPU, --threads unused)\n"
     "  --gpu-mem LIST  VRAM budgets (GiB) for the projected hybrid bound (default 8,12,16,24)\n"
     "  --membw [GBPS]  host read bandwidth for the bound; without a value (and by default)\n"
     "                  the probe (cpu_experts/membw.h) measures it and prints its table\n"
@@ -59,6 +61,7 @@ typedef struct bench_opts {
     double membw, efficiency;
     bool plot, measure;
     size_t probe_bytes;
+    tdm_device device;
 } bench_opts;
 
 typedef struct bench_run {
@@ -125,6 +128,12 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->model = v;
         else if (!strcmp(a, "--json"))
             o->json = v;
+        else if (!strcmp(a, "--device")) {
+            if (!tdm_device_parse(v, &o->device)) {
+                fprintf(stderr, "tandem bench: bad value for --device: %s (auto, cpu or cuda)\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--threads"))
             o->n_threads = parse_int_list(v, o->threads, 1, 4096);
         else if (!strcmp(a, "--prompt"))
@@ -440,7 +449,9 @@ static tdm_status run_workload(bench_ctx *c, tdm_model *model, tdm_error *err)
         max_thr = o->threads[t] > max_thr ? o->threads[t] : max_thr;
     omp_set_num_threads(max_thr); /* the forward sizes its per-thread scratch at creation */
     if (!st)
-        st = tdm_session_new(model, maxp + o->gen, &s, err);
+        st = tdm_session_new_device(model, maxp + o->gen, o->device, &s, err);
+    if (!st)
+        fprintf(stderr, "bench: forward on %s\n", tdm_device_name(tdm_session_device(s)));
     for (int t = 0; !st && t < o->n_threads; t++)
         for (int p = 0; !st && p < o->n_prompts; p++) {
             bench_run *r = &c->runs[c->n_runs];
