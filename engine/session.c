@@ -223,4 +223,14 @@ void tdm_session_set_route_hook(tdm_session *s, tdm_route_hook hook, void *user)
         tdm_forward_set_route_hook(s->f, hook, user);
 }
 
-tdm_forward *tdm_session_forward(tdm_session *s) { return s->f; }
+tdm_forward *tdm_session_forward(tdm_session *s)
+{
+    if (s->fg && s->n_past == 0) {
+        tdm_error e = {0};
+        if (tdm_forward_new(s->m, s->n_ctx, TDM_FORWARD_BATCH_DEFAULT, &s->f, &e) == TDM_OK) {
+            tdm_forward_gpu_free(s->fg); /* same recurrent-state layout: checkpoints stay valid */
+            s->fg = NULL;
+        }
+    }
+    return s->f;
+}

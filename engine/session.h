@@ -80,7 +80,9 @@ void tdm_session_checkpoint(tdm_session *s);
 const tdm_model *tdm_session_model(const tdm_session *s);
 
 /* The underlying CPU forward (forward.h), e.g. for debug captures and the
- * hybrid executor; NULL when the session runs on CUDA. */
+ * hybrid executor. A session on CUDA that holds no tokens yet moves to the
+ * CPU forward here (the GPU copy is freed); one that holds tokens returns
+ * NULL, as does a failed move. */
 typedef struct tdm_forward tdm_forward;
 tdm_forward *tdm_session_forward(tdm_session *s);
 
