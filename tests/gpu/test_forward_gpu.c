@@ -381,8 +381,9 @@ static void test_session_cuda(void **state)
     tdm_error err = {0};
     assert_int_equal(tdm_session_new_device(mc.m, 128, TDM_DEVICE_AUTO, &s, &err), TDM_OK);
     assert_int_equal(tdm_session_device(s), TDM_DEVICE_CUDA);
-    assert_null(tdm_session_forward(s));
     assert_int_equal(tdm_session_eval(s, tokens, n, NULL, &err), TDM_OK);
+    assert_null(tdm_session_forward(s)); /* holds tokens: stays on CUDA */
+    assert_int_equal(tdm_session_device(s), TDM_DEVICE_CUDA);
     float *l0 = malloc(V * sizeof(float)), *l1 = malloc(V * sizeof(float));
     int32_t extra[3] = {5, 17, 200};
     for (int i = 0; i < 3; i++)
@@ -396,6 +397,12 @@ static void test_session_cuda(void **state)
            fx_rel_l2(l1, l0, V));
     assert_true(fx_rel_l2(l1, l0, V) < 1e-5);
     free(l0), free(l1);
+    tdm_session_free(s);
+    /* a fresh CUDA session asked for its CPU forward (hybrid executor) moves there */
+    assert_int_equal(tdm_session_new_device(mc.m, 64, TDM_DEVICE_CUDA, &s, &err), TDM_OK);
+    assert_non_null(tdm_session_forward(s));
+    assert_int_equal(tdm_session_device(s), TDM_DEVICE_CPU);
+    assert_int_equal(tdm_session_eval(s, tokens, n, NULL, &err), TDM_OK);
     tdm_session_free(s);
     tdm_model_free(mc.m);
     cJSON_Delete(mc.ref);
