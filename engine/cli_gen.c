@@ -17,27 +17,7 @@ double cli_gen_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static bool parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
 
-static bool parse_float(const char *s, float lo, float hi, float *out)
-{
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (end == s || *end || errno || !(v >= lo && v <= hi))
-        return false;
-    *out = v;
-    return true;
-}
 
 int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
 {
@@ -69,28 +49,28 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
         } else if (!strcmp(a, "--out") || !strcmp(a, "-o")) {
             o->out = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            ok = parse_long(v, 0, 1 << 24, &l), o->n_predict = (int32_t)l;
+            ok = tdm_cli_parse_long(v, 0, 1 << 24, &l), o->n_predict = (int32_t)l;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            ok = parse_long(v, 1, 4096, &l), o->threads = (int)l;
+            ok = tdm_cli_parse_long(v, 1, 4096, &l), o->threads = (int)l;
         } else if (!strcmp(a, "--device")) {
             ok = tdm_device_parse(v, &o->device);
         } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
-            ok = parse_long(v, 1, 1 << 24, &l), o->ctx = (int32_t)l;
+            ok = tdm_cli_parse_long(v, 1, 1 << 24, &l), o->ctx = (int32_t)l;
         } else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;
             o->sp.seed = strtoull(v, &end, 10);
             ok = end != v && !*end && !errno;
         } else if (!strcmp(a, "--temp")) {
-            ok = parse_float(v, 0, 100, &o->sp.temperature);
+            ok = tdm_cli_parse_float(v, 0, 100, &o->sp.temperature);
         } else if (!strcmp(a, "--top-k")) {
-            ok = parse_long(v, 0, 1 << 24, &l), o->sp.top_k = (int32_t)l;
+            ok = tdm_cli_parse_long(v, 0, 1 << 24, &l), o->sp.top_k = (int32_t)l;
         } else if (!strcmp(a, "--top-p")) {
-            ok = parse_float(v, 0, 1, &o->sp.top_p);
+            ok = tdm_cli_parse_float(v, 0, 1, &o->sp.top_p);
         } else if (!strcmp(a, "--min-p")) {
-            ok = parse_float(v, 0, 1, &o->sp.min_p);
+            ok = tdm_cli_parse_float(v, 0, 1, &o->sp.min_p);
         } else if (!strcmp(a, "--repeat-penalty")) {
-            ok = parse_float(v, 0.01f, 100, &o->sp.repeat_penalty);
+            ok = tdm_cli_parse_float(v, 0.01, 100, &o->sp.repeat_penalty);
         } else {
             fprintf(stderr, "tandem %s: unknown option %s\n", cmd, a);
             return 2;
