@@ -72,6 +72,8 @@ struct tdm_forward_gpu {
     float *hwts;               /* [B][k] */
     tdm_forward_route_fn hook;
     void *hook_user;
+    bool graphs;               /* decode steps through a CUDA graph */
+    tdm_gpu_graph *graph;      /* the decode step, updated per token */
 };
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -219,6 +221,7 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f)
 {
     if (!f)
         return;
+    tdm_gpu_graph_free(f->graph);
     tdm_gpu_free(f->g); /* every device and pinned buffer */
     free(f->L);
     free(f->hids);
@@ -306,6 +309,7 @@ tdm_status tdm_forward_gpu_new(const tdm_model *m, int device, int32_t n_ctx, in
     f->n_ctx = n_ctx;
     f->B = max_batch < n_ctx ? max_batch : n_ctx;
     f->mm_min = MV_MAX;
+    f->graphs = true;
     size_dims(f);
     f->L = calloc((size_t)hp->n_layer, sizeof *f->L);
     tdm_status st = f->L ? tdm_gpu_create(device, &f->g, err) : tdm_error_set(err, TDM_ERR_OOM, "forward_gpu layers");
@@ -337,6 +341,8 @@ size_t tdm_forward_gpu_weight_bytes(const tdm_forward_gpu *f) { return f->weight
 int32_t tdm_forward_gpu_n_ctx(const tdm_forward_gpu *f) { return f->n_ctx; }
 tdm_gpu *tdm_forward_gpu_context(tdm_forward_gpu *f) { return f->g; }
 void tdm_forward_gpu_set_matmul_min(tdm_forward_gpu *f, int32_t n) { f->mm_min = n < 1 ? 1 : n; }
+void tdm_forward_gpu_set_graphs(tdm_forward_gpu *f, bool on) { f->graphs = on; }
+bool tdm_forward_gpu_graphs(const tdm_forward_gpu *f) { return f->graphs; }
 size_t tdm_forward_gpu_rec_floats(const tdm_forward_gpu *f) { return f->rec_floats; }
 
 void tdm_forward_gpu_set_route_hook(tdm_forward_gpu *f, tdm_forward_route_fn fn, void *user)
@@ -497,24 +503,29 @@ static tdm_status embed(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, in
     return tdm_gpu_upload(f->g, f->pos, f->hpos, (size_t)n * sizeof(int32_t), err);
 }
 
+/* Output head over rows t0 .. t0+nr-1 (nr <= LOGIT_ROWS) into f->logits. */
+static tdm_status head_rows(tdm_forward_gpu *f, int32_t t0, int32_t nr, tdm_error *err)
+{
+    const int64_t d = f->hp->n_embd;
+    TRY(tdm_gpu_rmsnorm(f->g, f->x + (size_t)t0 * d, f->out_norm.d, f->xn + (size_t)t0 * d, nr, d, d,
+                        f->hp->norm_eps, err));
+    return proj(f, &f->output, f->xn + (size_t)t0 * d, nr, f->logits, false, err);
+}
+
 static tdm_status head(tdm_forward_gpu *f, int32_t n, float *dst, bool all, tdm_error *err)
 {
-    const int64_t d = f->hp->n_embd, V = f->hp->n_vocab;
+    const int64_t V = f->hp->n_vocab;
     const int32_t r0 = all ? 0 : n - 1;
-    TRY(tdm_gpu_rmsnorm(f->g, f->x + (size_t)r0 * d, f->out_norm.d, f->xn + (size_t)r0 * d, n - r0, d, d,
-                        f->hp->norm_eps, err));
     for (int32_t t0 = r0; t0 < n; t0 += LOGIT_ROWS) {
         const int32_t nr = n - t0 < LOGIT_ROWS ? n - t0 : LOGIT_ROWS;
-        TRY(proj(f, &f->output, f->xn + (size_t)t0 * d, nr, f->logits, false, err));
+        TRY(head_rows(f, t0, nr, err));
         TRY(tdm_gpu_download(f->g, dst + (size_t)(t0 - r0) * V, f->logits, (size_t)nr * V * sizeof(float), err));
     }
     return TDM_OK;
 }
 
-static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
-                             bool all, tdm_error *err)
+static tdm_status layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error *err)
 {
-    TRY(embed(f, tokens, n, pos0, err));
     for (int32_t il = 0; il < f->hp->n_layer; il++) {
         const tdm_layer *L = tdm_model_layer(f->m, il);
         const glayer *gl = &f->L[il];
@@ -525,9 +536,45 @@ static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t 
         if (st)
             return tdm_error_wrap(err, "layer %d", il);
     }
+    return TDM_OK;
+}
+
+static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
+                             bool all, tdm_error *err)
+{
+    TRY(embed(f, tokens, n, pos0, err));
+    TRY(layers(f, n, pos0, err));
     if (logits)
         return head(f, n, logits, all, err);
     return tdm_gpu_sync(f->g, err);
+}
+
+/* One decode step recorded as a CUDA graph (updated in place from the
+ * previous token's, since only kernel arguments such as the position change)
+ * and launched: one launch instead of ~12 per layer. Any failure while
+ * recording turns graphs off for this forward and returns false, so the
+ * caller runs the step eagerly (nothing was executed). */
+static bool decode_graph(tdm_forward_gpu *f, int32_t pos0, float *logits, tdm_status *st, tdm_error *err)
+{
+    tdm_error e = {0};
+    if (tdm_gpu_graph_begin(f->g, &e)) {
+        f->graphs = false;
+        return false;
+    }
+    if (layers(f, 1, pos0, &e) || head_rows(f, 0, 1, &e)) {
+        tdm_gpu_graph_abort(f->g);
+        f->graphs = false;
+        return false;
+    }
+    if (tdm_gpu_graph_end(f->g, &f->graph, &e)) {
+        tdm_gpu_graph_abort(f->g);
+        f->graphs = false;
+        return false;
+    }
+    *st = tdm_gpu_graph_launch(f->g, f->graph, err);
+    if (!*st)
+        *st = tdm_gpu_download(f->g, logits, f->logits, (size_t)f->hp->n_vocab * sizeof(float), err);
+    return true;
 }
 
 tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
@@ -542,6 +589,12 @@ tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32
             return tdm_error_set(err, TDM_ERR_INVALID,
                                  "forward_gpu: token %d (at %d) is outside the vocabulary of %d", tokens[t], t,
                                  hp->n_vocab);
+    if (n == 1 && logits && f->graphs && !f->hook) {
+        TRY(embed(f, tokens, 1, pos0, err));
+        tdm_status st = TDM_OK;
+        if (decode_graph(f, pos0, logits, &st, err))
+            return st;
+    }
     for (int32_t b0 = 0; b0 < n; b0 += f->B) {
         const int32_t nb = n - b0 < f->B ? n - b0 : f->B;
         const bool last = b0 + nb == n;

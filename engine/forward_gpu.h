@@ -24,12 +24,14 @@
  * RoPE angles, the DeltaNet recurrence for prompts as well (not chunked),
  * fp16 GEMMs for prompt batches of non-F32 weights.
  *
- * No CUDA graph yet: tdm_gpu_kv_store and tdm_gpu_attention take the position
- * as a host argument (gpu.h), so a captured decode step would bake in one
- * position; replay needs position-from-device variants of those two kernels
- * (RoPE already reads device positions). A decode step is 2 host->device
- * copies (embedding row, position), ~13 launches per attention layer, ~12 per
- * DeltaNet layer, and 1 logits download (the only host sync).
+ * Decode (one token with logits, no route hook) is recorded as a CUDA graph
+ * and launched as one: the first step instantiates it, later steps record
+ * again and update the instantiated graph in place (cudaGraphExecUpdate:
+ * same topology, new kernel arguments such as the position), so the GPU runs
+ * the ~12 kernels per layer back to back without per-launch gaps. The
+ * embedding row and the position are uploaded before, the logits downloaded
+ * after (the only host sync). Any failure while recording switches graphs off
+ * for that forward and the step runs eagerly (tdm_forward_gpu_graphs()).
  *
  * Ownership: a tdm_forward_gpu borrows the model (host mapping used only for
  * the token embedding, which is dequantised on the host per token) and owns a
@@ -80,6 +82,11 @@ tdm_status tdm_forward_gpu_rec_load(tdm_forward_gpu *f, const float *src, tdm_er
 /* Route hook: supported, but each MoE layer then downloads its ids/weights
  * (one host sync per layer): for profiling, not for speed. */
 void tdm_forward_gpu_set_route_hook(tdm_forward_gpu *f, tdm_forward_route_fn fn, void *user);
+
+/* Decode through CUDA graphs (default on; see above). false when switched
+ * off or after a recording failure. */
+void tdm_forward_gpu_set_graphs(tdm_forward_gpu *f, bool on);
+bool tdm_forward_gpu_graphs(const tdm_forward_gpu *f);
 
 /* Tokens per batch above which non-F32 products use the fp16 GEMM (default 8;
  * a larger value keeps prompts on float32 matvec, slower but closer to the CPU). */

@@ -9,6 +9,28 @@ tdm_status tdm_gpu_add_f32(tdm_gpu *g, float *y, const float *x, size_t n, tdm_e
     return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "gpu add: this build has no CUDA support");
 }
 
+tdm_status tdm_gpu_graph_begin(tdm_gpu *g, tdm_error *err)
+{
+    (void)g;
+    return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "gpu graph: this build has no CUDA support");
+}
+
+tdm_status tdm_gpu_graph_end(tdm_gpu *g, tdm_gpu_graph **gr, tdm_error *err)
+{
+    (void)g, (void)gr;
+    return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "gpu graph: this build has no CUDA support");
+}
+
+void tdm_gpu_graph_abort(tdm_gpu *g) { (void)g; }
+
+tdm_status tdm_gpu_graph_launch(tdm_gpu *g, tdm_gpu_graph *gr, tdm_error *err)
+{
+    (void)g, (void)gr;
+    return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "gpu graph: this build has no CUDA support");
+}
+
+void tdm_gpu_graph_free(tdm_gpu_graph *gr) { (void)gr; }
+
 #else
 typedef int tdm_gpu_fwd_none_unused;
 #endif

@@ -3,7 +3,8 @@
  *  - micro f32 models (qwen3moe, qwen35moe, qwen3next), prompts short/long/chat:
  *    rel L2 <= 1e-3 and top-1 = 1.0 vs the reference (the CPU test's bounds);
  *    the same eval split in batches of 5 and the last-row-only head agree;
- *    greedy_24 through incremental decode, greedy_last logits, route hook
+ *    greedy_24 through incremental decode (CUDA graphs; the same steps
+ *    without graphs give the same logits), greedy_last logits, route hook
  *    calls, recurrent-state save/load replays the same continuation;
  *  - small-qwen35moe Q4_K_M: KL(ref || gpu) <= 1.1 KL(ref || llama.cpp) and
  *    top-1 vs llama.cpp >= 0.95 (test_model_quant's bounds; or top-1 vs the
@@ -173,6 +174,13 @@ tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float 
     free(o); return TDM_OK;
 }
 tdm_status tdm_gpu_add_f32(tdm_gpu *g, float *y, const float *x, size_t n, tdm_error *err) { (void)g,(void)err; for (size_t i = 0; i < n; i++) y[i] += x[i]; return TDM_OK; }
+/* graphs: the emulated calls run at once, so recording is a no-op */
+static int emul_graph;
+tdm_status tdm_gpu_graph_begin(tdm_gpu *g, tdm_error *err) { (void)g,(void)err; return TDM_OK; }
+tdm_status tdm_gpu_graph_end(tdm_gpu *g, tdm_gpu_graph **gr, tdm_error *err) { (void)g,(void)err; *gr = (tdm_gpu_graph *)&emul_graph; return TDM_OK; }
+void tdm_gpu_graph_abort(tdm_gpu *g) { (void)g; }
+tdm_status tdm_gpu_graph_launch(tdm_gpu *g, tdm_gpu_graph *gr, tdm_error *err) { (void)g,(void)gr,(void)err; return TDM_OK; }
+void tdm_gpu_graph_free(tdm_gpu_graph *gr) { (void)gr; }
 #endif
 
 static tdm_model *load(const char *path)
@@ -305,7 +313,21 @@ static void check_greedy(micro *mc)
         assert_int_equal(t, want[i]);
         gpu_eval(f, &t, 1, n + i, logits, false);
     }
-    printf("  greedy_24 (decode on the GPU): %d/%d tokens match\n", match, ng);
+    printf("  greedy_24 (decode on the GPU): %d/%d tokens match; CUDA graphs %s\n", match, ng,
+           tdm_forward_gpu_graphs(f) ? "on" : "OFF (a recording failed)");
+    assert_true(tdm_forward_gpu_graphs(f));
+    { /* the same steps without graphs: the same kernels, the same logits */
+        tdm_forward_gpu *fe = gpu_new(mc->m, n + ng + 8, 512);
+        float *le = malloc((size_t)V * sizeof(float));
+        tdm_forward_gpu_set_graphs(fe, false);
+        gpu_eval(fe, tokens, n, 0, le, false);
+        for (int i = 0; i < ng; i++)
+            gpu_eval(fe, &want[i], 1, n + i, le, false);
+        printf("  decode with vs without CUDA graphs: rel diff %.2e\n", fx_rel_l2(logits, le, V));
+        assert_true(fx_rel_l2(logits, le, V) < 1e-6);
+        free(le);
+        tdm_forward_gpu_free(fe);
+    }
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", mc->dir, cJSON_GetObjectItem(p, "greedy_last_logits_file")->valuestring);
     float *ref = fx_f32(path, (size_t)V);
