@@ -215,28 +215,32 @@ int main(int argc, char **argv)
         cJSON_AddNumberToObject(r, "ratio", tps / bound);
         cJSON_AddItemToArray(rows, r);
     }
-    /* decode after a 512-token prompt */
-    CHECK(tdm_forward_gpu_reset(f, &err));
-    CHECK(tdm_forward_gpu_eval(f, tok, 512, 0, logits, false, &err));
-    for (int i = 0; i < 4; i++) /* warm-up */
-        CHECK(tdm_forward_gpu_eval(f, tok + 512 + i, 1, 512 + i, logits, false, &err));
-    t0 = now();
-    for (int i = 4; i < gen + 4; i++)
-        CHECK(tdm_forward_gpu_eval(f, tok + 512 + i, 1, 512 + i, logits, false, &err));
-    const double s = now() - t0, tps = gen / s;
-    const double bytes = per_tok + kv_per_pos * (512 + 4 + gen / 2.0);
-    const double bound = bw * 1e9 / bytes;
-    printf("%-14s %8d %10.1f %10.1f %8.3f   (%.2f ms/token)\n", "decode @512", gen, tps, bound, tps / bound,
-           1e3 * s / gen);
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "pass", "decode");
-    cJSON_AddNumberToObject(r, "tokens", gen);
-    cJSON_AddNumberToObject(r, "context", 512);
-    cJSON_AddNumberToObject(r, "tok_s", tps);
-    cJSON_AddNumberToObject(r, "hbm_bound_tok_s", bound);
-    cJSON_AddNumberToObject(r, "ratio", tps / bound);
-    cJSON_AddNumberToObject(r, "ms_per_token", 1e3 * s / gen);
-    cJSON_AddItemToArray(rows, r);
+    /* decode after a 512-token prompt, through CUDA graphs and eagerly */
+    for (int graphs = 1; graphs >= 0; graphs--) {
+        tdm_forward_gpu_set_graphs(f, graphs);
+        CHECK(tdm_forward_gpu_reset(f, &err));
+        CHECK(tdm_forward_gpu_eval(f, tok, 512, 0, logits, false, &err));
+        for (int i = 0; i < 4; i++) /* warm-up (graph instantiation) */
+            CHECK(tdm_forward_gpu_eval(f, tok + 512 + i, 1, 512 + i, logits, false, &err));
+        t0 = now();
+        for (int i = 4; i < gen + 4; i++)
+            CHECK(tdm_forward_gpu_eval(f, tok + 512 + i, 1, 512 + i, logits, false, &err));
+        const double s = now() - t0, tps = gen / s;
+        const double bytes = per_tok + kv_per_pos * (512 + 4 + gen / 2.0);
+        const double bound = bw * 1e9 / bytes;
+        const bool used = graphs && tdm_forward_gpu_graphs(f);
+        printf("%-14s %8d %10.1f %10.1f %8.3f   (%.2f ms/token)\n", used ? "decode graph" : "decode eager", gen,
+               tps, bound, tps / bound, 1e3 * s / gen);
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "pass", used ? "decode_graph" : "decode_eager");
+        cJSON_AddNumberToObject(r, "tokens", gen);
+        cJSON_AddNumberToObject(r, "context", 512);
+        cJSON_AddNumberToObject(r, "tok_s", tps);
+        cJSON_AddNumberToObject(r, "hbm_bound_tok_s", bound);
+        cJSON_AddNumberToObject(r, "ratio", tps / bound);
+        cJSON_AddNumberToObject(r, "ms_per_token", 1e3 * s / gen);
+        cJSON_AddItemToArray(rows, r);
+    }
     cJSON_AddItemToObject(root, "passes", rows);
 
     char *js = cJSON_Print(root);
