@@ -159,6 +159,18 @@ static tdm_status check_threads(int *threads, int ncores, tdm_error *err)
     return TDM_OK;
 }
 
+/* Loads the topology and resolves the thread count against its cores. */
+static tdm_status open_team(tdm_topology **topo, int *nt, tdm_error *err)
+{
+    tdm_status st = tdm_topology_load(topo, err);
+    if (st != TDM_OK)
+        return st;
+    st = check_threads(nt, tdm_topology_physical_cores(*topo), err);
+    if (st != TDM_OK)
+        tdm_topology_free(*topo);
+    return st;
+}
+
 tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_error *err)
 {
     if (o->bytes < MIB)
@@ -166,15 +178,10 @@ tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_err
     if (o->repeats < 1)
         return tdm_error_set(err, TDM_ERR_INVALID, "membw: repeats = %d, need >= 1", o->repeats);
     tdm_topology *topo;
-    tdm_status st = tdm_topology_load(&topo, err);
+    int nt = o->threads;
+    tdm_status st = open_team(&topo, &nt, err);
     if (st != TDM_OK)
         return st;
-    int nt = o->threads;
-    st = check_threads(&nt, tdm_topology_physical_cores(topo), err);
-    if (st != TDM_OK) {
-        tdm_topology_free(topo);
-        return st;
-    }
     /* three arrays of n doubles; n a multiple of 8 per thread */
     size_t n = o->bytes / 3 / sizeof(double) / (8 * (size_t)nt) * 8 * (size_t)nt;
     size_t abytes = n * sizeof(double);
@@ -259,15 +266,10 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
     if (o->repeats < 1)
         return tdm_error_set(err, TDM_ERR_INVALID, "membw matvec: repeats = %d", o->repeats);
     tdm_topology *topo;
-    tdm_status st = tdm_topology_load(&topo, err);
+    int nt = o->threads;
+    tdm_status st = open_team(&topo, &nt, err);
     if (st != TDM_OK)
         return st;
-    int nt = o->threads;
-    st = check_threads(&nt, tdm_topology_physical_cores(topo), err);
-    if (st != TDM_OK) {
-        tdm_topology_free(topo);
-        return st;
-    }
     size_t row_bytes = tdm_qtype_row_bytes(o->type, o->cols), mat_bytes = row_bytes * (size_t)o->rows;
     size_t nmat = o->bytes / mat_bytes > 0 ? o->bytes / mat_bytes : 1, total = nmat * mat_bytes;
     uint8_t *w = big_alloc(total);
