@@ -110,7 +110,7 @@ int main(int argc, char **argv)
         tdm_error err;
         o.threads = threads[i];
         if (tdm_membw_run(&o, &res[i], &err) != TDM_OK) {
-            fprintf(stderr, "membw: %s\n", err.msg);
+            fprintf(stderr, "%s\n", err.msg);
             free(res);
             return 1;
         }
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
     if (json) {
         tdm_error err;
         if (tdm_membw_write_json(json, res, nthreads, &err) != TDM_OK) {
-            fprintf(stderr, "membw: %s\n", err.msg);
+            fprintf(stderr, "%s\n", err.msg);
             free(res);
             return 1;
         }
