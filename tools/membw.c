@@ -121,7 +121,7 @@ int main(int argc, char **argv)
         if (mv_type >= 0) {
             tdm_membw_matvec_opts mo = {(tdm_qtype)mv_type, rows, cols, o.bytes, threads[i], o.repeats};
             if (tdm_membw_matvec(&mo, &res[i].matvec, &err) != TDM_OK) {
-                fprintf(stderr, "\nmembw: %s\n", err.msg);
+                fprintf(stderr, "\n%s\n", err.msg);
                 free(res);
                 return 1;
             }
