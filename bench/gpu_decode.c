@@ -5,7 +5,7 @@
  * (default bench/results/gpu_decode-<host>.json).
  *   gpu_decode (-m MODEL | --synth) [--synth-out FILE] [--gen N] [--out FILE]
  * --synth writes the synthetic Qwen3.5-35B-A3B (Q4_K_M shapes and types,
- * random weights) with build/tools/synth first (about 20 GB; default
+ * random weights) with tools/synth of the same build directory first (about 20 GB; default
  * /tmp/q35.gguf, kept for the next run: an existing file is reused).
  *
  * Bytes per decoded token: every resident weight except the routed experts
@@ -106,7 +106,23 @@ static double copy_gbs(tdm_gpu *g)
     return best[3];
 }
 
-static int synth(const char *out)
+/* tools/synth of the same build: <BUILD>/bench/gpu_decode -> <BUILD>/tools/synth. */
+static void synth_path(const char *argv0, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", argv0);
+    for (int up = 0; up < 2; up++) {
+        char *slash = strrchr(buf, '/');
+        if (!slash) {
+            snprintf(buf, cap, "build");
+            break;
+        }
+        *slash = 0;
+    }
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n, "/tools/synth");
+}
+
+static int synth(const char *tool, const char *out)
 {
     struct stat sb;
     if (stat(out, &sb) == 0 && sb.st_size > 0) {
@@ -114,7 +130,7 @@ static int synth(const char *out)
         return 0;
     }
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "build/tools/synth --preset qwen35-35b-a3b -o '%s'", out);
+    snprintf(cmd, sizeof cmd, "'%s' --preset qwen35-35b-a3b -o '%s'", tool, out);
     printf("%s\n", cmd);
     return system(cmd);
 }
@@ -141,7 +157,9 @@ int main(int argc, char **argv)
         }
     }
     if (do_synth) {
-        if (synth(synth_out))
+        char tool[1024];
+        synth_path(argv[0], tool, sizeof tool);
+        if (synth(tool, synth_out))
             return 1;
         model = synth_out;
     }
