@@ -11,7 +11,7 @@ M=models/demo/demo-Q4_K_M.gguf
 [ -f "$M" ] || { echo "hybrid_run: $M missing"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-run() { timeout 120 "$T" run -m "$M" -p "Once upon a time" -n 16 --temp 0 --ctx 256 "$@"; }
+run() { timeout 120 "$T" run --device cpu -m "$M" -p "Once upon a time" -n 16 --temp 0 --ctx 256 "$@"; }
 run >"$tmp/ref.txt" 2>/dev/null
 fail=0
 for opts in "--cache-experts 0" "--cache-experts 96 --profile profiles/demo.profile.json" "--cache-experts 192" \
