@@ -12,7 +12,7 @@
 const char tdm_cli_chat_help[] =
     "interactive chat (ChatML template of the model), one user message per line on stdin\n"
     "usage: tandem chat [-m MODEL] [-n N] [--temp T --seed S --top-k K --top-p P --min-p P\n"
-    "                   --repeat-penalty R] [--no-think] [--threads N] [--ctx N]\n"
+    "                   --repeat-penalty R] [--no-think] [--threads N] [--ctx N] [--device auto|cpu|cuda]\n"
     "  -n N  tokens per reply at most (default 128). '/reset' starts over; end of input quits.\n"
     "  Per turn a summary (new prompt tokens, reused tokens, tok/s) goes to stderr.";
 

@@ -7,7 +7,7 @@
 
 const char tdm_cli_generate_ids_help[] =
     "greedy-decode token ids (prompt eval, then one token at a time), printed as a JSON array\n"
-    "usage: tandem generate-ids [-m MODEL] --tokens 1,2,3 [-n 24] [--threads N]\n"
+    "usage: tandem generate-ids [-m MODEL] --tokens 1,2,3 [-n 24] [--threads N] [--device auto|cpu|cuda]\n"
     "  prints exactly N ids (end-of-generation tokens do not stop it)";
 
 static int argmax(const float *x, int n)

@@ -9,7 +9,7 @@
 
 const char tdm_cli_logits_help[] =
     "write the logits of a token sequence (one forward pass) as float32\n"
-    "usage: tandem logits [-m MODEL] --tokens 1,2,3 --out F.f32 [--all] [--threads N]\n"
+    "usage: tandem logits [-m MODEL] --tokens 1,2,3 --out F.f32 [--all] [--threads N] [--device auto|cpu|cuda]\n"
     "  writes row-major [n_tokens][n_vocab] (every position) with --all, else [n_vocab] of the last one";
 
 int tdm_cli_logits(int argc, char **argv)

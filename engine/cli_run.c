@@ -10,15 +10,17 @@
 #include "session.h"
 
 const char tdm_cli_run_help[] =
-    "generate text from a prompt (CPU), streaming to stdout\n"
+    "generate text from a prompt, streaming to stdout\n"
     "usage: tandem run [-m MODEL] -p PROMPT [-n N] [--temp T --seed S --top-k K --top-p P --min-p P\n"
     "                  --repeat-penalty R] [--chat] [--no-think] [--threads N] [--ctx N]\n"
+    "                  [--device auto|cpu|cuda]\n"
     "  -m MODEL    GGUF file (default: the demo model)\n"
     "  -p PROMPT   the prompt (raw text; with --chat it is one user message in the chat template)\n"
     "  -n N        tokens to generate at most (default 128; stops earlier at end-of-generation)\n"
     "  --temp T    0 = greedy (default 0.8); --top-k, --top-p, --min-p, --repeat-penalty, --seed as usual\n"
     "  --no-think  with --chat: render the template with thinking off\n"
     "  --threads N OpenMP threads; --ctx N context tokens (default 4096)\n"
+    "  --device D  cuda = the whole model on the GPU, cpu = the CPU forward (default: cuda when a GPU is visible)\n"
     "  --hybrid-emulate  run the routed experts through the hybrid executor, its GPU side emulated on\n"
     "              the host: --cache-experts N slots (or --gpu-mem SIZE through the VRAM budget ledger),\n"
     "              --profile P.json (hottest-first fill), --policy static|layer|adaptive|lru|lfu,\n"
