@@ -134,14 +134,14 @@ assert all(v["measured_tok_s"] is None for v in d["vram"])
 assert d["projection"]["format"] == "tandem-projection"
 PY
 
-# 6. plots (when gnuplot is installed)
-if command -v gnuplot > /dev/null; then
+# 6. plots
+# gnuplot is a dependency (tools/install-deps.sh): the PNG plots are part of `tandem bench`.
+command -v gnuplot > /dev/null || fail "gnuplot is not installed (tools/install-deps.sh installs it)"
+{
     bash bench/plot.sh "$tmp/run.json" "$tmp/run" > /dev/null || fail "plot.sh bench"
     bash bench/plot.sh "$tmp/qwen35-35b-a3b.json" "$tmp/proj" > /dev/null || fail "plot.sh projection"
     for f in "$tmp/run-threads.png" "$tmp/run-vram.png" "$tmp/proj.png"; do
         [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "$f is not a PNG"
     done
-else
-    echo "gnuplot not installed: plots skipped"
-fi
+}
 echo "bench_cli: ok"

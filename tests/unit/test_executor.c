@@ -158,11 +158,9 @@ static int n_paths(char paths[][1200])
     fx_dir(d, sizeof d, "small-qwen35moe", 0);
     snprintf(paths[n++], 1200, "%s/small-qwen35moe-Q4_K_M.gguf", d);
     snprintf(paths[n], 1200, "%s/models/demo/demo-Q4_K_M.gguf", fx_root());
-    if (fx_exists(paths[n]))
-        n++;
-    else
-        printf("  (demo model absent, skipped)\n");
-    return n;
+    if (!fx_exists(paths[n]))
+        fail_msg("demo model (shipped in the repository) missing: %s", paths[n]);
+    return n + 1;
 }
 
 static void check_fraction(double frac, int pool_threads)
