@@ -22,6 +22,7 @@ const char tdm_cli_serve_help[] =
     "                            (default: $TANDEM_API_KEY, else no key)\n"
     "  --allow-host NAME         also accept this Host/Origin name (repeatable; '*' = any)\n"
     "  --ctx N                   context tokens (prompt + answer; default min(train, 4096))\n"
+    "  --device auto|cpu|cuda    where the model runs (default: cuda when a GPU is visible)\n"
     "  --max-body SIZE           request body limit (default 4M)\n"
     "  --max-connections N       simultaneous connections (default 64)\n"
     "  --max-tokens N            default answer cap for chat requests (default: none)\n"
@@ -50,6 +51,7 @@ int tdm_cli_serve(int argc, char **argv)
     const char *env_key = getenv("TANDEM_API_KEY");
     cfg.api_key = env_key && *env_key ? env_key : NULL;
     long ctx = 0, v = 0;
+    tdm_device device = TDM_DEVICE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -74,6 +76,8 @@ int tdm_cli_serve(int argc, char **argv)
             cfg.allow_hosts[cfg.n_allow_hosts++] = val;
         } else if (!strcmp(a, "--ctx") && tdm_cli_parse_long(val, 16, INT32_MAX, &v)) {
             ctx = v;
+        } else if (!strcmp(a, "--device") && tdm_device_parse(val, &device)) {
+            /* parsed */
         } else if (!strcmp(a, "--max-body")) {
             uint64_t sz;
             if (!tdm_cli_parse_size(val, &sz) || sz < 1024 || sz > (1ull << 31)) {
@@ -121,7 +125,7 @@ int tdm_cli_serve(int argc, char **argv)
     tdm_generator *gen = NULL;
     tdm_server *srv = NULL;
     if (tdm_model_load(model_path, &m, &err) != TDM_OK ||
-        tdm_generator_new(m, (int32_t)ctx, &gen, &err) != TDM_OK ||
+        tdm_generator_new(m, (int32_t)ctx, device, &gen, &err) != TDM_OK ||
         tdm_server_start(&cfg, gen, &srv, &err) != TDM_OK) {
         fprintf(stderr, "tandem serve: %s\n", err.msg);
         tdm_generator_free(gen);

@@ -200,7 +200,7 @@ static double now_seconds(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-tdm_status tdm_generator_new(tdm_model *m, int32_t n_ctx, tdm_generator **out, tdm_error *err)
+tdm_status tdm_generator_new(tdm_model *m, int32_t n_ctx, tdm_device dev, tdm_generator **out, tdm_error *err)
 {
     *out = NULL;
     if (!m)
@@ -217,7 +217,7 @@ tdm_status tdm_generator_new(tdm_model *m, int32_t n_ctx, tdm_generator **out, t
     g->recurrent = hp->n_rec_layers > 0;
     tdm_status st = tdm_tokenizer_load(tdm_model_gguf(m), &g->tk, err);
     if (st == TDM_OK)
-        st = tdm_session_new(m, n_ctx, &g->sess, err);
+        st = tdm_session_new_device(m, n_ctx, dev, &g->sess, err);
     if (st != TDM_OK) {
         tdm_generator_free(g);
         return tdm_error_wrap(err, "generator");

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "session.h"
 #include "status.h"
 
 #define TDM_GEN_STOP_MAX 16        /* stop strings per request */
@@ -105,8 +106,9 @@ typedef struct tdm_gen_result {
 } tdm_gen_result;
 
 /* n_ctx: the session's context (prompt + generated); <= 0 picks
- * min(n_ctx_train, 4096). */
-tdm_status tdm_generator_new(tdm_model *m, int32_t n_ctx, tdm_generator **out, tdm_error *err);
+ * min(n_ctx_train, 4096). dev: where the forward runs (session.h; AUTO =
+ * the GPU when one is visible). */
+tdm_status tdm_generator_new(tdm_model *m, int32_t n_ctx, tdm_device dev, tdm_generator **out, tdm_error *err);
 void tdm_generator_free(tdm_generator *g);
 int32_t tdm_generator_n_ctx(const tdm_generator *g);
 

@@ -143,7 +143,7 @@ static int setup(void **state)
     snprintf(path, sizeof path, "%s/models/demo/demo-Q4_K_M.gguf", root && *root ? root : ".");
     fixture *f = calloc(1, sizeof *f);
     tdm_error err = {0};
-    if (tdm_model_load(path, &f->m, &err) != TDM_OK || tdm_generator_new(f->m, 512, &f->g, &err) != TDM_OK) {
+    if (tdm_model_load(path, &f->m, &err) != TDM_OK || tdm_generator_new(f->m, 512, TDM_DEVICE_CPU, &f->g, &err) != TDM_OK) {
         fprintf(stderr, "demo model: %s\n", err.msg);
         return -1;
     }
