@@ -55,6 +55,14 @@ const char *tdm_qtype_name(uint32_t id)
     return t ? t->name : "?";
 }
 
+int tdm_qtype_from_name(const char *name)
+{
+    for (uint32_t i = 0; i < TDM_Q_COUNT; i++)
+        if (k_types[i].name && strcmp(k_types[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
 size_t tdm_qtype_row_bytes(tdm_qtype t, int64_t n)
 {
     const tdm_qtype_info *q = tdm_qtype_get(t);

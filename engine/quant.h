@@ -68,6 +68,8 @@ const tdm_qtype_info *tdm_qtype_get(uint32_t id);
 
 /* Name for printing; "?" for an unknown id. */
 const char *tdm_qtype_name(uint32_t id);
+/* The id of a ggml type name ("Q4_K"), or -1. */
+int tdm_qtype_from_name(const char *name);
 
 /* Bytes of one row of n elements (n must be a multiple of the block). */
 size_t tdm_qtype_row_bytes(tdm_qtype t, int64_t n);

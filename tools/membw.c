@@ -49,13 +49,6 @@ static int parse_threads(const char *s, int *list, int cap)
     return n;
 }
 
-static int parse_type(const char *s)
-{
-    for (uint32_t i = 0; i < TDM_Q_COUNT; i++)
-        if (strcmp(tdm_qtype_name(i), s) == 0)
-            return (int)i;
-    return -1;
-}
 
 static void usage(void)
 {
@@ -80,7 +73,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--repeats") && v)
             bad = (o.repeats = atoi(v)) < 1, i++;
         else if (!strcmp(a, "--matvec") && v)
-            bad = (mv_type = parse_type(v)) < 0, i++;
+            bad = (mv_type = tdm_qtype_from_name(v)) < 0, i++;
         else if (!strcmp(a, "--shape") && v)
             bad = sscanf(v, "%lldx%lld", &rows, &cols) != 2, i++;
         else if (!strcmp(a, "--json") && v)

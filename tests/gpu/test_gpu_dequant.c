@@ -9,36 +9,10 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "../unit/model_fixtures.h"
 #include "gpu_testutil.h"
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)sz + 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[sz] = 0;
-        *len = (size_t)sz;
-    }
-    return buf;
-}
 
-static tdm_qtype type_by_name(const char *name)
-{
-    for (uint32_t i = 0; i < TDM_Q_COUNT; i++)
-        if (tdm_qtype_get(i) && strcmp(tdm_qtype_name(i), name) == 0)
-            return (tdm_qtype)i;
-    return TDM_Q_COUNT;
-}
 
 static void test_fixture_vectors(void **state)
 {
@@ -47,7 +21,7 @@ static void test_fixture_vectors(void **state)
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/fixtures/quant/manifest.json", root);
     size_t len;
-    char *js = slurp(path, &len);
+    char *js = fx_read(path, &len);
     if (!js)
         fail_msg("cannot read %s", path);
     cJSON *m = cJSON_Parse(js);
@@ -57,15 +31,18 @@ static void test_fixture_vectors(void **state)
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(m, "cases"))
     {
         const char *id = cJSON_GetObjectItem(c, "id")->valuestring;
-        tdm_qtype t = type_by_name(cJSON_GetObjectItem(c, "type")->valuestring);
+        int ti = tdm_qtype_from_name(cJSON_GetObjectItem(c, "type")->valuestring);
+        if (ti < 0)
+            fail_msg("fixture %s: unknown type", id);
+        tdm_qtype t = (tdm_qtype)ti;
         int ne0 = cJSON_GetObjectItem(c, "ne0")->valueint, rows = cJSON_GetObjectItem(c, "rows")->valueint;
         if (!tdm_gpu_type_supported(t))
             fail_msg("fixture type %s has no GPU kernel", id);
         size_t ql, fl;
         snprintf(path, sizeof path, "%s/tests/fixtures/quant/%s.q", root, id);
-        uint8_t *q = (uint8_t *)slurp(path, &ql);
+        uint8_t *q = (uint8_t *)fx_read(path, &ql);
         snprintf(path, sizeof path, "%s/tests/fixtures/quant/%s.f32", root, id);
-        float *want = (float *)slurp(path, &fl);
+        float *want = (float *)fx_read(path, &fl);
         assert_non_null(q);
         assert_non_null(want);
         size_t rb = tdm_qtype_row_bytes(t, ne0);

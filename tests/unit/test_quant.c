@@ -12,37 +12,11 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "model_fixtures.h"
 #include "quant.h"
 #include "status.h"
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)sz + 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[sz] = 0;
-        *len = (size_t)sz;
-    }
-    return buf;
-}
 
-static int type_by_name(const char *name)
-{
-    for (uint32_t i = 0; i < TDM_Q_COUNT; i++)
-        if (tdm_qtype_get(i) && strcmp(tdm_qtype_name(i), name) == 0)
-            return (int)i;
-    return -1;
-}
 
 /* Runs every case of dir/manifest.json; returns how many types were checked. */
 static int check_fixture_dir(const char *dir)
@@ -50,7 +24,7 @@ static int check_fixture_dir(const char *dir)
     char path[1024];
     size_t len;
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *text = read_file(path, &len);
+    char *text = fx_read(path, &len);
     if (!text)
         return -1;
     cJSON *root = cJSON_Parse(text);
@@ -66,14 +40,14 @@ static int check_fixture_dir(const char *dir)
         int ne0 = cJSON_GetObjectItem(c, "ne0")->valueint;
         int rows = cJSON_GetObjectItem(c, "rows")->valueint;
         int row_bytes = cJSON_GetObjectItem(c, "row_bytes")->valueint;
-        int t = type_by_name(tname);
+        int t = tdm_qtype_from_name(tname);
         assert_true(t >= 0);
         assert_int_equal(tdm_qtype_row_bytes((tdm_qtype)t, ne0), (size_t)row_bytes);
         size_t qlen, flen;
         snprintf(path, sizeof path, "%s/%s.q", dir, id);
-        uint8_t *q = (uint8_t *)read_file(path, &qlen);
+        uint8_t *q = (uint8_t *)fx_read(path, &qlen);
         snprintf(path, sizeof path, "%s/%s.f32", dir, id);
-        float *ref = (float *)read_file(path, &flen);
+        float *ref = (float *)fx_read(path, &flen);
         assert_non_null(q);
         assert_non_null(ref);
         assert_int_equal(qlen, (size_t)rows * row_bytes);
