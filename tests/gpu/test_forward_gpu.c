@@ -70,27 +70,9 @@ static void gpu_eval(tdm_forward_gpu *f, const int32_t *tok, int32_t n, int32_t 
 
 /* ---- micro models ---- */
 
-typedef struct micro {
-    char dir[1024];
-    cJSON *ref;
-    tdm_model *m;
-    const tdm_hparams *hp;
-} micro;
 
-static void micro_open(micro *mc, const char *name)
-{
-    char path[1200];
-    fx_dir(mc->dir, sizeof mc->dir, name, 0);
-    snprintf(path, sizeof path, "%s/reference.json", mc->dir);
-    mc->ref = fx_json(path);
-    assert_non_null(mc->ref);
-    snprintf(path, sizeof path, "%s/%s", mc->dir, cJSON_GetObjectItem(mc->ref, "gguf")->valuestring);
-    mc->m = load(path);
-    mc->hp = tdm_model_hparams(mc->m);
-    printf("[%s]\n", name);
-}
 
-static void check_prompt(micro *mc, const char *prompt)
+static void check_prompt(fx_micro *mc, const char *prompt)
 {
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc->ref, "prompts"), prompt);
     int32_t tokens[512];
@@ -139,7 +121,7 @@ static void count_routes(void *user, int32_t pos, int32_t layer, int32_t k, cons
         route_calls++;
 }
 
-static void check_greedy(micro *mc)
+static void check_greedy(fx_micro *mc)
 {
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc->ref, "prompts"), "short");
     int32_t tokens[64], want[64];
@@ -209,14 +191,13 @@ static void check_greedy(micro *mc)
 static void run_micro(const char *name)
 {
     NEED_GPU();
-    micro mc;
-    micro_open(&mc, name);
+    fx_micro mc;
+    fx_micro_open(&mc, name);
     check_prompt(&mc, "short");
     check_prompt(&mc, "long");
     check_prompt(&mc, "chat");
     check_greedy(&mc);
-    tdm_model_free(mc.m);
-    cJSON_Delete(mc.ref);
+    fx_micro_close(&mc);
 }
 
 static void test_micro_qwen3moe(void **state) { (void)state; run_micro("micro-qwen3moe"); }
@@ -386,8 +367,8 @@ static void test_session_cuda(void **state)
 {
     (void)state;
     NEED_GPU();
-    micro mc;
-    micro_open(&mc, "micro-qwen35moe");
+    fx_micro mc;
+    fx_micro_open(&mc, "micro-qwen35moe");
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc.ref, "prompts"), "chat");
     int32_t tokens[64];
     const int n = fx_ints(cJSON_GetObjectItem(p, "tokens"), tokens, 64), V = mc.hp->n_vocab;
@@ -418,8 +399,7 @@ static void test_session_cuda(void **state)
     assert_int_equal(tdm_session_device(s), TDM_DEVICE_CPU);
     assert_int_equal(tdm_session_eval(s, tokens, n, NULL, &err), TDM_OK);
     tdm_session_free(s);
-    tdm_model_free(mc.m);
-    cJSON_Delete(mc.ref);
+    fx_micro_close(&mc);
 }
 
 int main(void)

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model.h"
+
 static __attribute__((unused)) const char *fx_root(void)
 {
     const char *r = getenv("TDM_ROOT");
@@ -152,6 +154,39 @@ static __attribute__((unused)) double fx_mean_kl(const float *p, const float *q,
         total += kl;
     }
     return total / rows;
+}
+
+/* A micro fixture model: its folder, reference.json and the loaded model. */
+typedef struct fx_micro {
+    char dir[1024];
+    cJSON *ref;
+    tdm_model *m;
+    const tdm_hparams *hp;
+} fx_micro;
+
+static __attribute__((unused)) void fx_micro_open(fx_micro *mc, const char *name)
+{
+    char path[1200];
+    fx_dir(mc->dir, sizeof mc->dir, name, 0);
+    snprintf(path, sizeof path, "%s/reference.json", mc->dir);
+    mc->ref = fx_json(path);
+    assert_non_null(mc->ref);
+    snprintf(path, sizeof path, "%s/%s", mc->dir, cJSON_GetObjectItem(mc->ref, "gguf")->valuestring);
+    tdm_error err = {0};
+    tdm_status st = tdm_model_load(path, &mc->m, &err);
+    if (st)
+        fprintf(stderr, "load %s: %s\n", path, err.msg);
+    assert_int_equal(st, TDM_OK);
+    mc->hp = tdm_model_hparams(mc->m);
+    char desc[512];
+    tdm_model_describe(mc->m, desc, sizeof desc);
+    printf("[%s] %s\n", name, desc);
+}
+
+static __attribute__((unused)) void fx_micro_close(fx_micro *mc)
+{
+    tdm_model_free(mc->m);
+    cJSON_Delete(mc->ref);
 }
 
 #endif

@@ -115,40 +115,11 @@ static void test_rope_partial(void **state)
 
 /* ---- model level ---- */
 
-typedef struct micro {
-    char dir[1024];
-    cJSON *ref;
-    tdm_model *m;
-    const tdm_hparams *hp;
-} micro;
 
-static void micro_open(micro *mc, const char *name)
-{
-    char path[1200];
-    fx_dir(mc->dir, sizeof mc->dir, name, 0);
-    snprintf(path, sizeof path, "%s/reference.json", mc->dir);
-    mc->ref = fx_json(path);
-    assert_non_null(mc->ref);
-    snprintf(path, sizeof path, "%s/%s", mc->dir, cJSON_GetObjectItem(mc->ref, "gguf")->valuestring);
-    tdm_error err = {0};
-    tdm_status st = tdm_model_load(path, &mc->m, &err);
-    if (st)
-        fprintf(stderr, "load: %s\n", err.msg);
-    assert_int_equal(st, TDM_OK);
-    mc->hp = tdm_model_hparams(mc->m);
-    char desc[512];
-    tdm_model_describe(mc->m, desc, sizeof desc);
-    printf("[%s] %s\n", name, desc);
-}
 
-static void micro_close(micro *mc)
-{
-    tdm_model_free(mc->m);
-    cJSON_Delete(mc->ref);
-}
 
 /* Logits of every position from one eval; compares to the reference. */
-static void check_prompt(micro *mc, const char *prompt, int32_t batch, tdm_deltanet_mode mode)
+static void check_prompt(fx_micro *mc, const char *prompt, int32_t batch, tdm_deltanet_mode mode)
 {
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc->ref, "prompts"), prompt);
     int32_t tokens[512];
@@ -180,7 +151,7 @@ static void check_prompt(micro *mc, const char *prompt, int32_t batch, tdm_delta
     free(ref);
 }
 
-static void check_hidden(micro *mc)
+static void check_hidden(fx_micro *mc)
 {
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc->ref, "prompts"), "short");
     int32_t tokens[64];
@@ -220,7 +191,7 @@ static void count_routes(void *user, int32_t pos, int32_t layer, int32_t k, cons
         route_calls++;
 }
 
-static void check_greedy(micro *mc)
+static void check_greedy(fx_micro *mc)
 {
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc->ref, "prompts"), "short");
     int32_t tokens[64], want[64];
@@ -263,7 +234,7 @@ static void check_greedy(micro *mc)
 }
 
 /* Truncation back to the prompt checkpoint reproduces the same continuation. */
-static void check_truncate(micro *mc)
+static void check_truncate(fx_micro *mc)
 {
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc->ref, "prompts"), "chat");
     int32_t tokens[64];
@@ -299,8 +270,8 @@ static void check_truncate(micro *mc)
 
 static void run_micro(const char *name)
 {
-    micro mc;
-    micro_open(&mc, name);
+    fx_micro mc;
+    fx_micro_open(&mc, name);
     check_prompt(&mc, "short", 512, TDM_DELTANET_AUTO);
     check_prompt(&mc, "chat", 512, TDM_DELTANET_AUTO);
     check_prompt(&mc, "long", 512, TDM_DELTANET_AUTO);
@@ -310,7 +281,7 @@ static void run_micro(const char *name)
     check_hidden(&mc);
     check_greedy(&mc);
     check_truncate(&mc);
-    micro_close(&mc);
+    fx_micro_close(&mc);
 }
 
 static void test_micro_qwen3moe(void **state) { (void)state; run_micro("micro-qwen3moe"); }
