@@ -16,15 +16,7 @@
 #include "gpu.h"
 #include "qrand.h"
 #include "quant.h"
-
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        tdm_status s_ = (call);                                                          \
-        if (s_ != TDM_OK) {                                                              \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, err.msg);      \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#include "bench_check.h"
 
 static tdm_gpu *g;
 static tdm_error err;
