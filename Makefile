@@ -43,7 +43,7 @@ ifneq ($(NVCC),)
 CFLAGS += -DTDM_HAVE_CUDA
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                 -gencode arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX)
-NVCCFLAGS := -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall -Igpu_experts -Iengine -MMD -MP \
+NVCCFLAGS := -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall $(INCLUDES) -MMD -MP \
              -DTDM_HAVE_CUDA $(EXTRA_NVCCFLAGS)
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
 endif

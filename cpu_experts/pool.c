@@ -28,7 +28,24 @@ struct tdm_pool {
     pthread_t thread;
     bool started;
     tdm_pool_stats st;       /* written by the driver only */
+    _Atomic int failed;      /* tdm_status of the first failed job (sticky) */
+    char fail_msg[TDM_ERROR_MSG_MAX];
+    void *(*mem_alloc)(void *ctx, size_t bytes);
+    void (*mem_free)(void *ctx, void *ptr);
+    void *mem_ctx;
 };
+
+static void *heap_alloc(void *ctx, size_t bytes)
+{
+    (void)ctx;
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+static void heap_free(void *ctx, void *ptr)
+{
+    (void)ctx;
+    free(ptr);
+}
 
 static double now_ms(void)
 {
@@ -147,6 +164,10 @@ static void *driver(void *arg)
         tdm_error e = {0};
         mb->status = run_job(p, &e);
         snprintf(mb->msg, sizeof mb->msg, "%s", mb->status ? e.msg : "");
+        if (mb->status && !atomic_load_explicit(&p->failed, memory_order_relaxed)) {
+            snprintf(p->fail_msg, sizeof p->fail_msg, "%s", e.msg);
+            atomic_store_explicit(&p->failed, (int)mb->status, memory_order_release);
+        }
         p->st.jobs++;
         p->st.ms += now_ms() - t0;
         atomic_store_explicit(&mb->pool_seq, s, memory_order_release);
@@ -172,6 +193,9 @@ tdm_status tdm_pool_new(const tdm_pool_params *pp, tdm_pool **out, tdm_error *er
     p->n_threads = pp->n_threads ? pp->n_threads : pp->topo ? tdm_topology_default_threads(pp->topo) : 1;
     p->spin = pp->spin > 0 ? pp->spin : 20000;
     p->max_tok = pp->max_tok;
+    p->mem_alloc = pp->mem_alloc ? pp->mem_alloc : heap_alloc;
+    p->mem_free = pp->mem_alloc ? pp->mem_free : heap_free;
+    p->mem_ctx = pp->mem_ctx;
     const size_t nt = (size_t)pp->max_tok, k = (size_t)hp->n_expert_used, d = (size_t)hp->n_embd;
     int64_t max_ff = 1;
     for (int32_t il = 0; il < hp->n_layer; il++) {
@@ -179,16 +203,16 @@ tdm_status tdm_pool_new(const tdm_pool_params *pp, tdm_pool **out, tdm_error *er
         if (L->ffn == TDM_FFN_MOE && L->gate_exps.data && L->gate_exps.rows > max_ff)
             max_ff = L->gate_exps.rows;
     }
-    p->mb = aligned_alloc(64, (sizeof(tdm_mailbox) + 63) / 64 * 64);
+    p->mb = p->mem_alloc(p->mem_ctx, sizeof(tdm_mailbox));
     p->sel = malloc(nt * k * sizeof *p->sel);
     p->seen = calloc((size_t)hp->n_expert, 1);
     tdm_status st = TDM_OK;
     if (p->mb) {
         memset(p->mb, 0, sizeof *p->mb);
-        p->mb->ids = malloc(nt * k * sizeof(int32_t));
-        p->mb->weights = malloc(nt * k * sizeof(float));
-        p->mb->x = aligned_alloc(64, (nt * d * sizeof(float) + 63) / 64 * 64);
-        p->mb->out = aligned_alloc(64, (nt * d * sizeof(float) + 63) / 64 * 64);
+        p->mb->ids = p->mem_alloc(p->mem_ctx, nt * k * sizeof(int32_t));
+        p->mb->weights = p->mem_alloc(p->mem_ctx, nt * k * sizeof(float));
+        p->mb->x = p->mem_alloc(p->mem_ctx, nt * d * sizeof(float));
+        p->mb->out = p->mem_alloc(p->mem_ctx, nt * d * sizeof(float));
         p->mb->k = (int32_t)k;
     }
     if (!p->mb || !p->sel || !p->seen || !p->mb->ids || !p->mb->weights || !p->mb->x || !p->mb->out)
@@ -220,11 +244,10 @@ void tdm_pool_free(tdm_pool *p)
         pthread_join(p->thread, NULL);
     }
     if (p->mb) {
-        free(p->mb->ids);
-        free(p->mb->weights);
-        free(p->mb->x);
-        free(p->mb->out);
-        free(p->mb);
+        void *bufs[] = {p->mb->ids, p->mb->weights, p->mb->x, p->mb->out, p->mb};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            if (bufs[i])
+                p->mem_free(p->mem_ctx, bufs[i]);
     }
     free(p->sel);
     free(p->seen);
@@ -270,3 +293,15 @@ tdm_status tdm_pool_wait(tdm_pool *p, uint32_t seq, double *wait_ms, tdm_error *
 }
 
 void tdm_pool_get_stats(const tdm_pool *p, tdm_pool_stats *out) { *out = p->st; }
+
+tdm_status tdm_pool_check(const tdm_pool *p, tdm_error *err)
+{
+    const int f = atomic_load_explicit(&((tdm_pool *)p)->failed, memory_order_acquire);
+    return f ? tdm_error_set(err, (tdm_status)f, "CPU expert pool: %s", p->fail_msg) : TDM_OK;
+}
+
+void tdm_pool_kick(tdm_pool *p)
+{
+    if (atomic_load(&p->mb->pool_sleeping))
+        futex_wake(&p->mb->dev_seq);
+}

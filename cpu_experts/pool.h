@@ -59,6 +59,12 @@ typedef struct tdm_pool_params {
     int n_threads;            /* 0: tdm_topology_default_threads (or 1 without a topology) */
     int32_t max_tok;          /* tokens per job */
     int spin;                 /* pause rounds before yielding; 0: 20000 */
+    /* Where the mailbox (flags and payload) lives; NULL: the C heap. The GPU
+     * passes mapped page-locked memory, which its kernels read and write
+     * directly (gpu_handoff.h). Returns NULL when out of memory. */
+    void *(*mem_alloc)(void *ctx, size_t bytes);
+    void (*mem_free)(void *ctx, void *ptr);
+    void *mem_ctx;
 } tdm_pool_params;
 
 typedef struct tdm_pool_stats {
@@ -92,5 +98,13 @@ tdm_status tdm_pool_wait(tdm_pool *p, uint32_t seq, double *wait_ms, tdm_error *
 
 /* Valid after tdm_pool_wait returned (the counters are the driver's). */
 void tdm_pool_get_stats(const tdm_pool *p, tdm_pool_stats *out);
+
+/* For a publisher that never calls tdm_pool_wait (the GPU): the first job
+ * that failed since creation, with its message (TDM_OK when none). */
+tdm_status tdm_pool_check(const tdm_pool *p, tdm_error *err);
+/* Wakes a sleeping driver so it spins again: call before a GPU step, whose
+ * kernels cannot wake the futex (otherwise the first job of a step after an
+ * idle pause waits for the 1 ms futex timeout). */
+void tdm_pool_kick(tdm_pool *p);
 
 #endif

@@ -20,6 +20,7 @@ struct tdm_executor {
     uint8_t *logged;          /* [n_layer] */
     int32_t log_n;            /* tokens of the logged pass */
     int64_t token;            /* next token index for the policy */
+    bool gpu;                 /* the device side is a real GPU (tdm_executor_gpu_*) */
     tdm_executor_stats st;
 };
 
@@ -104,7 +105,8 @@ tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, td
         st = tdm_experts_scratch_new(hp->n_embd, max_ff, p->max_batch, (int32_t)nk, ns > 0 ? ns : 1, &x->ex, err);
     }
     if (!st) {
-        tdm_pool_params pp = {.model = m, .topo = p->topo, .n_threads = p->n_threads, .max_tok = p->max_batch};
+        tdm_pool_params pp = {.model = m, .topo = p->topo, .n_threads = p->n_threads, .max_tok = p->max_batch,
+                              .mem_alloc = p->mem_alloc, .mem_free = p->mem_free, .mem_ctx = p->mem_ctx};
         st = tdm_pool_new(&pp, &x->pool, err);
     }
     if (st) {
@@ -163,6 +165,19 @@ static tdm_status device_hits(tdm_executor *x, int32_t layer, const float *in, i
     return st;
 }
 
+/* Counts one layer's resolved selections and logs its routing for the policy. */
+static void log_layer(tdm_executor *x, int32_t layer, const int32_t *ids, int32_t n, int64_t nh, int64_t nm)
+{
+    const int32_t k = x->k;
+    tdm_expert_cache_count(x->cache, layer, nh, nm);
+    x->st.layers++;
+    x->st.hits += nh;
+    x->st.misses += nm;
+    memcpy(x->log + (size_t)layer * x->max_batch * k, ids, (size_t)n * k * sizeof *ids);
+    x->logged[layer] = 1;
+    x->log_n = n;
+}
+
 tdm_status tdm_executor_moe(void *user, int32_t layer, const float *in, int32_t n, int32_t k, const int32_t *ids,
                             const float *weights, float *out, tdm_error *err)
 {
@@ -217,15 +232,51 @@ tdm_status tdm_executor_moe(void *user, int32_t layer, const float *in, int32_t 
     }
     if (st)
         return st;
-    tdm_expert_cache_count(x->cache, layer, nh, nm);
-    x->st.layers++;
-    x->st.hits += nh;
-    x->st.misses += nm;
-    memcpy(x->log + (size_t)layer * x->max_batch * k, ids, (size_t)n * k * sizeof *ids);
-    x->logged[layer] = 1;
-    x->log_n = n;
+    log_layer(x, layer, ids, n, nh, nm);
     /* the pass is done: policy and slot copies now, before the next token */
     return layer == x->last_moe ? tdm_executor_flush(x, err) : TDM_OK;
+}
+
+tdm_status tdm_executor_gpu_begin(tdm_executor *x, uint64_t *version, tdm_error *err)
+{
+    x->gpu = true;
+    tdm_status st = tdm_pool_check(x->pool, err);
+    if (!st)
+        st = tdm_expert_cache_settle(x->cache, false, err);
+    *version = tdm_expert_cache_version(x->cache);
+    tdm_pool_kick(x->pool);
+    return st;
+}
+
+tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t layer_stride, int32_t n, double dev_ms,
+                                double wait_ms, tdm_error *err)
+{
+    const tdm_hparams *hp = x->hp;
+    const int32_t E = hp->n_expert, k = x->k;
+    if (n < 1 || n > x->max_batch)
+        return tdm_error_set(err, TDM_ERR_INVALID, "executor: a GPU pass of %d tokens (max %d)", n, x->max_batch);
+    tdm_status st = tdm_pool_check(x->pool, err);
+    if (st)
+        return st;
+    const int32_t *res = tdm_expert_cache_residency(x->cache);
+    const bool any_slot = tdm_expert_cache_n_slots(x->cache) > 0;
+    for (int32_t il = x->first_moe; il >= 0 && il <= x->last_moe; il++) {
+        const tdm_layer *L = tdm_model_layer(x->m, il);
+        if (L->ffn != TDM_FFN_MOE || !L->gate_exps.data)
+            continue;
+        const int32_t *li = ids + (size_t)il * layer_stride;
+        int64_t nh = 0;
+        for (int32_t i = 0; i < n * k; i++) {
+            if (li[i] < 0 || li[i] >= E)
+                return tdm_error_set(err, TDM_ERR_INVALID, "executor: layer %d: expert id %d out of range", il, li[i]);
+            nh += any_slot && res[(size_t)il * E + li[i]] >= 0;
+        }
+        log_layer(x, il, li, n, nh, (int64_t)n * k - nh);
+    }
+    x->st.tokens += n;
+    x->st.dev_ms += dev_ms;
+    x->st.wait_ms += wait_ms;
+    return tdm_executor_flush(x, err);
 }
 
 void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out)
@@ -242,6 +293,8 @@ void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out)
     out->n_slots = tdm_expert_cache_n_slots(x->cache);
     out->slot_bytes = tdm_expert_cache_slot_bytes(x->cache);
     out->pool_threads = tdm_pool_threads(x->pool);
+    if (x->gpu)
+        out->pool_wakes = ps.jobs;
 }
 
 void tdm_executor_format_stats(const tdm_executor *x, char *buf, size_t cap)
@@ -250,10 +303,10 @@ void tdm_executor_format_stats(const tdm_executor *x, char *buf, size_t cap)
     tdm_executor_get_stats(x, &s);
     const double nt = s.tokens > 0 ? (double)s.tokens : 1.0, sel = (double)(s.hits + s.misses);
     snprintf(buf, cap,
-             "hybrid (emulated): %d slots x %.2f MiB | hit rate %.1f%% (%lld/%lld) | pool %d threads, woken %lld/%lld "
+             "hybrid (%s): %d slots x %.2f MiB | hit rate %.1f%% (%lld/%lld) | pool %d threads, woken %lld/%lld "
              "layers, %.3f ms/token, %.2f MB/token, %.2f GB/s | wait %.3f ms/token | device %.3f ms/token | "
              "swaps %lld (%.2f MB moved)",
-             s.n_slots, (double)s.slot_bytes / 1048576.0, sel > 0 ? 100.0 * (double)s.hits / sel : 0.0,
+             x->gpu ? "GPU" : "emulated", s.n_slots, (double)s.slot_bytes / 1048576.0, sel > 0 ? 100.0 * (double)s.hits / sel : 0.0,
              (long long)s.hits, (long long)(s.hits + s.misses), s.pool_threads, (long long)s.pool_wakes,
              (long long)s.layers, s.pool_ms / nt, (double)s.pool_bytes / 1e6 / nt,
              s.pool_ms > 0 ? (double)s.pool_bytes / 1e6 / s.pool_ms : 0.0, s.wait_ms / nt, s.dev_ms / nt,

@@ -48,6 +48,11 @@ typedef struct tdm_executor_params {
     int dev_threads;              /* emulated device-side threads; 0: 1 */
     int32_t adapt_every;          /* 0: the policy default */
     const tdm_expert_device *dev; /* NULL: host memory */
+    /* The pool's mailbox memory (pool.h); NULL: the C heap. The GPU passes
+     * mapped page-locked memory. */
+    void *(*mem_alloc)(void *ctx, size_t bytes);
+    void (*mem_free)(void *ctx, void *ptr);
+    void *mem_ctx;
 } tdm_executor_params;
 
 typedef struct tdm_executor_stats {
@@ -55,7 +60,8 @@ typedef struct tdm_executor_stats {
     int64_t layers;               /* MoE layer calls */
     int64_t hits, misses;         /* selections */
     int64_t pool_wakes;           /* layer calls published to the pool */
-    double pool_ms, wait_ms, dev_ms; /* pool compute; device waiting for the pool; device hit compute */
+    double pool_ms, wait_ms, dev_ms; /* pool compute; device waiting for the pool; device time (emulation:
+                                        the hit compute; GPU: the whole steps) */
     uint64_t pool_bytes;          /* weight bytes the pool read */
     int64_t swaps;
     uint64_t bytes_moved;         /* slot copies after the fill */
@@ -77,6 +83,20 @@ tdm_status tdm_executor_moe(void *user, int32_t layer, const float *x, int32_t n
                             const float *weights, float *out, tdm_error *err);
 /* Feeds the routing of the last pass to the policy and executes its swaps. */
 tdm_status tdm_executor_flush(tdm_executor *x, tdm_error *err);
+
+/* ---- a real GPU as the device side (engine/forward_gpu.c) ----
+ * The GPU publishes to and merges from the pool itself (gpu_handoff.h), so
+ * the executor sees a pass only afterwards: */
+/* Before a step: publishes slot copies that have landed and reports a pool
+ * failure of the previous step. *version: the residency table's version
+ * (re-upload the device mirror when it changed). */
+tdm_status tdm_executor_gpu_begin(tdm_executor *x, uint64_t *version, tdm_error *err);
+/* After a step of n tokens: ids [n_layer] slabs layer_stride ints apart, each
+ * [n][k] (only MoE layers are read). Counts hits and misses against the
+ * table the step ran with, feeds the policy, starts its slot copies. dev_ms:
+ * the step's GPU time; wait_ms: the GPU's time waiting for the pool. */
+tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t layer_stride, int32_t n, double dev_ms,
+                                double wait_ms, tdm_error *err);
 
 void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out);
 /* One line for stderr: hit rate, pool/wait/device ms and pool GB/s per token. */

@@ -14,6 +14,10 @@ struct tdm_expert_cache {
     int32_t n_layer, n_expert, n_slots;
     size_t slot_bytes;
     void *arena;              /* [n_slots][slot_bytes] on the device */
+    int32_t *pub;             /* [n_layer * n_expert] published residency */
+    int32_t *pend;            /* [n_slots] pub indices loaded but not yet published */
+    int32_t n_pend;
+    uint64_t version;
     int64_t *hits, *misses;   /* [n_layer] */
     int64_t swaps;
     uint64_t bytes_filled, bytes_moved;
@@ -57,7 +61,7 @@ static tdm_status host_sync(void *ctx, tdm_error *err)
     return TDM_OK;
 }
 
-static const tdm_expert_device host_device = {"host", NULL, host_alloc, host_free, host_copy, host_sync};
+static const tdm_expert_device host_device = {"host", NULL, host_alloc, host_free, host_copy, host_sync, NULL};
 
 const tdm_expert_device *tdm_expert_device_host(void) { return &host_device; }
 
@@ -115,8 +119,9 @@ tdm_status tdm_expert_cache_new(const tdm_model *m, const tdm_cache_params *p, c
     c->slot_bytes = tdm_expert_cache_slot_bytes_for(m);
     c->hits = calloc((size_t)c->n_layer, sizeof *c->hits);
     c->misses = calloc((size_t)c->n_layer, sizeof *c->misses);
+    c->pub = malloc((size_t)c->n_layer * (size_t)(c->n_expert > 0 ? c->n_expert : 1) * sizeof *c->pub);
     tdm_status st = TDM_OK;
-    if (!c->hits || !c->misses)
+    if (!c->hits || !c->misses || !c->pub)
         st = tdm_error_set(err, TDM_ERR_OOM, "expert cache: out of memory");
     if (!st)
         st = tdm_cache_new(p, &c->pol, err);
@@ -133,6 +138,10 @@ tdm_status tdm_expert_cache_new(const tdm_model *m, const tdm_cache_params *p, c
         }
     if (!st && c->n_slots > 0)
         st = dev->sync(dev->ctx, err);
+    if (!st && c->n_slots > 0 && !(c->pend = malloc((size_t)c->n_slots * sizeof *c->pend)))
+        st = tdm_error_set(err, TDM_ERR_OOM, "expert cache: out of memory");
+    if (!st)
+        memcpy(c->pub, res, (size_t)c->n_layer * (size_t)c->n_expert * sizeof *c->pub);
     if (st) {
         tdm_expert_cache_free(c);
         return st;
@@ -148,6 +157,8 @@ void tdm_expert_cache_free(tdm_expert_cache *c)
     if (c->arena)
         c->dev->arena_free(c->dev->ctx, c->arena);
     tdm_cache_free(c->pol);
+    free(c->pub);
+    free(c->pend);
     free(c->hits);
     free(c->misses);
     free(c);
@@ -162,7 +173,29 @@ int32_t tdm_expert_cache_slot(const tdm_expert_cache *c, int32_t layer, int32_t 
     return c->n_slots > 0 ? tdm_cache_slot(c->pol, layer, expert) : -1;
 }
 
-const int32_t *tdm_expert_cache_residency(const tdm_expert_cache *c) { return tdm_cache_residency(c->pol); }
+const int32_t *tdm_expert_cache_residency(const tdm_expert_cache *c) { return c->pub; }
+uint64_t tdm_expert_cache_version(const tdm_expert_cache *c) { return c->version; }
+int32_t tdm_expert_cache_pending(const tdm_expert_cache *c) { return c->n_pend; }
+
+tdm_status tdm_expert_cache_settle(tdm_expert_cache *c, bool wait, tdm_error *err)
+{
+    if (!c->n_pend)
+        return TDM_OK;
+    if (wait || !c->dev->poll) {
+        tdm_status st = c->dev->sync(c->dev->ctx, err);
+        if (st)
+            return st;
+    } else if (!c->dev->poll(c->dev->ctx)) {
+        return TDM_OK;
+    }
+    /* The policy's table is the truth: a load evicted again meanwhile stays -1. */
+    const int32_t *res = tdm_cache_residency(c->pol);
+    for (int32_t i = 0; i < c->n_pend; i++)
+        c->pub[c->pend[i]] = res[c->pend[i]];
+    c->n_pend = 0;
+    c->version++;
+    return TDM_OK;
+}
 
 tdm_experts_desc tdm_expert_cache_desc(const tdm_expert_cache *c, int32_t il)
 {
@@ -194,13 +227,23 @@ tdm_status tdm_expert_cache_record(tdm_expert_cache *c, int64_t token, int32_t i
     const tdm_cache_swap *sw;
     int32_t ns = tdm_cache_swaps(c->pol, &sw);
     for (int32_t i = 0; i < ns; i++) {
+        const int32_t load = sw[i].load_layer * c->n_expert + sw[i].load_expert;
+        if (sw[i].evict_layer >= 0)
+            c->pub[sw[i].evict_layer * c->n_expert + sw[i].evict_expert] = -1;
+        c->pub[load] = -1;
         st = load_slot(c, sw[i].slot, sw[i].load_layer, sw[i].load_expert, err);
         if (st)
             return st;
+        /* a full list (a slot reloaded while pending): wait rather than grow it */
+        if (c->n_pend == c->n_slots && (st = tdm_expert_cache_settle(c, true, err)))
+            return st;
+        c->pend[c->n_pend++] = load;
         c->swaps++;
         c->bytes_moved += c->slot_bytes;
+        c->version++;
     }
-    return ns ? c->dev->sync(c->dev->ctx, err) : TDM_OK;
+    /* A synchronous device publishes at once (the host emulation, tests). */
+    return tdm_expert_cache_settle(c, !c->dev->poll, err);
 }
 
 void tdm_expert_cache_get_stats(const tdm_expert_cache *c, tdm_expert_cache_stats *out)

@@ -10,6 +10,13 @@
  * executes at once as slot copies (call it between tokens, never while a
  * kernel reads the arena).
  *
+ * Published residency: the table the executor, the pool and the GPU read is
+ * not the policy's own. A swap unpublishes the evicted expert at once and
+ * publishes the loaded one only once its copy has landed (device poll(), see
+ * tdm_expert_cache_settle), so with an asynchronous device the copies overlap
+ * decode and nothing ever reads a slot while it is being written: until then
+ * both experts simply miss and the CPU computes them.
+ *
  * The arena memory comes from a tdm_expert_device: a table of function
  * pointers (alloc the arena, copy one expert into a slot, sync the copies).
  * tdm_expert_device_host() keeps the arena in plain host memory (the CPU-only
@@ -46,6 +53,9 @@ typedef struct tdm_expert_device {
                        tdm_error *err);
     /* Returns when every copy issued so far is visible to the compute side. */
     tdm_status (*sync)(void *ctx, tdm_error *err);
+    /* Without blocking: whether every copy issued so far has landed. NULL:
+     * copies are complete when copy() returns. */
+    bool (*poll)(void *ctx);
 } tdm_expert_device;
 
 /* Plain host memory (aligned_alloc, memcpy); immutable, shared. */
@@ -68,8 +78,16 @@ int32_t tdm_expert_cache_n_slots(const tdm_expert_cache *c);
 size_t tdm_expert_cache_slot_bytes(const tdm_expert_cache *c);
 /* Slot of (layer, expert) or -1. */
 int32_t tdm_expert_cache_slot(const tdm_expert_cache *c, int32_t layer, int32_t expert);
-/* [n_layer * n_expert]: slot or -1; stable between two record calls. */
+/* [n_layer * n_expert]: slot or -1, the published table (see above); it
+ * changes only in record and settle calls. */
 const int32_t *tdm_expert_cache_residency(const tdm_expert_cache *c);
+/* Publishes the experts whose copies have landed (wait: block until all
+ * have). Between tokens only. */
+tdm_status tdm_expert_cache_settle(tdm_expert_cache *c, bool wait, tdm_error *err);
+/* Bumped whenever the published table changes (device mirrors re-upload). */
+uint64_t tdm_expert_cache_version(const tdm_expert_cache *c);
+/* Loads whose copies have not been published yet. */
+int32_t tdm_expert_cache_pending(const tdm_expert_cache *c);
 /* The arena's base (device memory for a device implementation). */
 const void *tdm_expert_cache_arena(const tdm_expert_cache *c);
 

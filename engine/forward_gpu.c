@@ -7,6 +7,14 @@
 #include <string.h>
 
 #include "gpu_fwd.h"
+#include "gpu_handoff.h"
+
+#define TRY(call)            \
+    do {                     \
+        tdm_status st_ = (call); \
+        if (st_)             \
+            return st_;      \
+    } while (0)
 
 #define MV_MAX TDM_GPU_MATVEC_MAX_TOK
 #define MM_CHUNK_ROWS 8192 /* rows per fp16 dequant chunk of the prompt GEMM */
@@ -57,7 +65,7 @@ struct tdm_forward_gpu {
     float *beta, *alpha;       /* [B][H_v] */
     float *rl;                 /* [B][n_expert] */
     float *sg;                 /* [B] */
-    int32_t *ids;              /* [B][k] */
+    int32_t *ids;              /* [n_layer][B][k]: each layer's routing kept for the pass */
     float *wts;                /* [B][k] */
     float *h;                  /* [B][k+1][h_stride] */
     float *logits;             /* [LOGIT_ROWS][n_vocab] */
@@ -74,6 +82,18 @@ struct tdm_forward_gpu {
     void *hook_user;
     bool graphs;               /* decode steps through a CUDA graph */
     tdm_gpu_graph *graph;      /* the decode step, updated per token */
+
+    /* hybrid: routed experts through the VRAM cache + CPU pool (NULL ex: all resident) */
+    bool hybrid;
+    tdm_executor *ex;
+    tdm_expert_device *sdev;   /* the cache's slot device */
+    int32_t *slot_of;          /* device [n_layer][n_expert] mirror of the published residency */
+    uint64_t res_version;      /* of the mirrored table */
+    uint32_t *hstate;          /* device [TDM_GPU_HANDOFF_WORDS] */
+    uint32_t hstate_host[TDM_GPU_HANDOFF_WORDS];
+    tdm_gpu_handoff ho;
+    int32_t *pass_ids;         /* host [n_layer][B][k] routing of the last batch */
+    tdm_budget budget;         /* the plan the cache was sized with */
 };
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -138,19 +158,27 @@ static tdm_status up_ba(tdm_forward_gpu *f, const tdm_weight *ba, glayer *gl, td
     return TDM_OK;
 }
 
-/* One arena of slots gate|up|down per expert (in expert order) for the
- * fused kernels; staged one expert at a time. */
-static tdm_status up_experts(tdm_forward_gpu *f, const tdm_weight *gw, const tdm_weight *uw, const tdm_weight *dw,
-                             glayer *gl, tdm_error *err)
+static tdm_status check_expert_types(const tdm_weight *gw, const tdm_weight *uw, const tdm_weight *dw, tdm_error *err)
 {
     for (const tdm_weight *w = gw; w; w = w == gw ? uw : w == uw ? dw : NULL)
         if (!tdm_gpu_type_supported(w->type))
             return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "forward_gpu: %s has type %s without GPU kernels",
                                  w->name, tdm_qtype_name(w->type));
+    return TDM_OK;
+}
+
+/* One arena of slots gate|up|down per expert (in expert order) for the
+ * fused kernels; staged one expert at a time. */
+static tdm_status up_experts(tdm_forward_gpu *f, const tdm_weight *gw, const tdm_weight *uw, const tdm_weight *dw,
+                             glayer *gl, tdm_error *err)
+{
+    tdm_status st = check_expert_types(gw, uw, dw, err);
+    if (st)
+        return st;
     const size_t slot = gw->mat_bytes + uw->mat_bytes + dw->mat_bytes;
     const int64_t E = gw->n_mat;
     uint8_t *arena;
-    tdm_status st = dalloc(f, slot * (size_t)E, &arena, err);
+    st = dalloc(f, slot * (size_t)E, &arena, err);
     if (st)
         return st;
     uint8_t *stage;
@@ -176,7 +204,16 @@ static tdm_status up_experts(tdm_forward_gpu *f, const tdm_weight *gw, const tdm
     return TDM_OK;
 }
 
-static tdm_status upload_layer(tdm_forward_gpu *f, const tdm_layer *L, glayer *gl, tdm_error *err)
+/* Hybrid: the routed experts stay in the file; the fused kernels read the
+ * cache's arena through the shared residency mirror (filled in later). */
+static void bind_cached_experts(tdm_forward_gpu *f, const tdm_layer *L, int32_t il, glayer *gl)
+{
+    gl->moe = (tdm_gpu_moe_layer){.table = &gl->table, .layer = il, .gate_type = L->gate_exps.type,
+                                  .up_type = L->up_exps.type, .down_type = L->down_exps.type,
+                                  .n_embd = L->gate_exps.cols, .n_ff = L->gate_exps.rows, .shared = NULL};
+}
+
+static tdm_status upload_layer(tdm_forward_gpu *f, const tdm_layer *L, int32_t il, glayer *gl, tdm_error *err)
 {
     tdm_status st = TDM_OK;
 #define UP(field, w) if (!st) st = up_weight(f, &L->w, &gl->field, err)
@@ -202,8 +239,13 @@ static tdm_status upload_layer(tdm_forward_gpu *f, const tdm_layer *L, glayer *g
     UP(router, router); UP(shexp_gate, shexp_gate);
     UP(sh_gate, gate_shexp); UP(sh_up, up_shexp); UP(sh_down, down_shexp);
 #undef UP
-    if (!st)
+    if (!st && f->hybrid) {
+        if ((st = check_expert_types(&L->gate_exps, &L->up_exps, &L->down_exps, err)))
+            return st;
+        bind_cached_experts(f, L, il, gl);
+    } else if (!st) {
         st = up_experts(f, &L->gate_exps, &L->up_exps, &L->down_exps, gl, err);
+    }
     if (st)
         return st;
     gl->k = f->hp->n_expert_used;
@@ -222,6 +264,9 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f)
     if (!f)
         return;
     tdm_gpu_graph_free(f->graph);
+    tdm_executor_free(f->ex); /* stops the pool; the arena and mailbox go back through f->g */
+    tdm_gpu_slot_device_free(f->sdev);
+    free(f->pass_ids);
     tdm_gpu_free(f->g); /* every device and pinned buffer */
     free(f->L);
     free(f->hids);
@@ -260,7 +305,7 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
     DA(q, B * W * 4); DA(gate, B * W * 4); DA(ao, B * W * 4);
     DA(beta, B * Hv * 4); DA(alpha, B * Hv * 4);
     DA(rl, B * (size_t)max64(hp->n_expert, 1) * 4); DA(sg, B * 4);
-    DA(ids, B * k * 4); DA(wts, B * k * 4);
+    DA(ids, (size_t)hp->n_layer * B * k * 4); DA(wts, B * k * 4);
     DA(h, B * (k + 1) * (size_t)f->h_stride * 4);
     DA(logits, (size_t)LOGIT_ROWS * hp->n_vocab * 4);
     DA(mm_scratch, f->mm_bytes);
@@ -291,8 +336,82 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
     return st;
 }
 
-tdm_status tdm_forward_gpu_new(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
-                               tdm_forward_gpu **out, tdm_error *err)
+static void *mapped_alloc(void *ctx, size_t bytes)
+{
+    void *p = NULL;
+    tdm_error e = {0};
+    return tdm_gpu_alloc_host(ctx, bytes, &p, &e) ? NULL : p;
+}
+
+static void mapped_free(void *ctx, void *ptr) { tdm_gpu_release_host(ctx, ptr); }
+
+#define VRAM_RESERVE ((uint64_t)768 << 20) /* left free by the default budget (context, cuBLAS, graphs) */
+
+/* The budget: --gpu-mem, or what the device has free minus the reserve;
+ * the ledger checks the fixed part before anything is allocated. */
+static tdm_status plan_budget(tdm_forward_gpu *f, const tdm_executor_params *xp, tdm_error *err)
+{
+    uint64_t budget = xp->gpu_mem;
+    if (!budget) {
+        tdm_gpu_info info;
+        TRY(tdm_gpu_query(f->g, &info, err));
+        budget = info.mem_free > VRAM_RESERVE ? info.mem_free - VRAM_RESERVE : 0;
+    }
+    return tdm_budget_plan(f->m, f->n_ctx, f->B, budget, &f->budget, err);
+}
+
+/* After every other allocation: the expert cache (slot arena, filled by the
+ * policy), the pool with its mailbox in mapped memory, the residency mirror
+ * and the hand-off descriptor. */
+static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp, tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    const size_t slot = tdm_expert_cache_slot_bytes_for(f->m);
+    const uint64_t budget = f->budget.budget;
+    if (f->bytes > budget)
+        return tdm_error_set(err, TDM_ERR_OOM,
+                             "forward_gpu: the non-expert part takes %.2f GiB, over the %.2f GiB budget (the ledger "
+                             "planned %.2f GiB)", (double)f->bytes / 1073741824.0, (double)budget / 1073741824.0,
+                             (double)f->budget.fixed_bytes / 1073741824.0);
+    int64_t fit = slot ? (int64_t)((budget - f->bytes) / slot) : 0;
+    fit = fit < f->budget.n_slots ? fit : f->budget.n_slots;
+    tdm_executor_params p = *xp;
+    p.n_slots = xp->n_slots >= 0 ? xp->n_slots : (int32_t)fit;
+    p.n_ctx = f->n_ctx;
+    p.max_batch = f->B;
+    p.mem_alloc = mapped_alloc;
+    p.mem_free = mapped_free;
+    p.mem_ctx = f->g;
+    TRY(tdm_gpu_slot_device_new(f->g, slot ? slot : 64, 4, &f->sdev, err));
+    p.dev = f->sdev;
+    TRY(tdm_executor_new(f->m, &p, &f->ex, err));
+    tdm_expert_cache *c = tdm_executor_cache(f->ex);
+    const size_t cells = (size_t)hp->n_layer * (size_t)hp->n_expert;
+    TRY(dalloc(f, cells * sizeof(int32_t), &f->slot_of, err));
+    TRY(dalloc(f, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), &f->hstate, err));
+    TRY(tdm_gpu_upload(f->g, f->slot_of, tdm_expert_cache_residency(c), cells * sizeof(int32_t), err));
+    TRY(tdm_gpu_memset(f->g, f->hstate, 0, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), err));
+    f->res_version = tdm_expert_cache_version(c);
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const tdm_layer *L = tdm_model_layer(f->m, il);
+        if (L->ffn == TDM_FFN_MOE) /* one arena; slot offsets per layer: gate|up|down in that layer's types */
+            f->L[il].table = (tdm_gpu_expert_table){
+                .slot_of = f->slot_of, .n_expert = hp->n_expert, .arena = tdm_expert_cache_arena(c),
+                .slot_bytes = tdm_expert_cache_slot_bytes(c), .gate_off = 0, .up_off = L->gate_exps.mat_bytes,
+                .down_off = L->gate_exps.mat_bytes + L->up_exps.mat_bytes};
+    }
+    tdm_mailbox *mb = tdm_pool_mailbox(tdm_executor_pool(f->ex));
+    f->ho = (tdm_gpu_handoff){.dev_seq = (uint32_t *)&mb->dev_seq, .pool_seq = (const uint32_t *)&mb->pool_seq,
+                              .layer = &mb->layer, .n_tok = &mb->n_tok, .ids = mb->ids, .weights = mb->weights,
+                              .x = mb->x, .out = mb->out, .max_tok = f->B, .k = hp->n_expert_used,
+                              .n_embd = hp->n_embd, .slot_of = f->slot_of, .n_expert = hp->n_expert,
+                              .state = f->hstate, .timeout_s = 30.0};
+    f->pass_ids = malloc(cells > 0 ? (size_t)hp->n_layer * f->B * hp->n_expert_used * sizeof(int32_t) : 1);
+    return f->pass_ids ? TDM_OK : tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: routing buffer");
+}
+
+static tdm_status create(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
+                         const tdm_executor_params *xp, tdm_forward_gpu **out, tdm_error *err)
 {
     *out = NULL;
     const tdm_hparams *hp = tdm_model_hparams(m);
@@ -301,6 +420,9 @@ tdm_status tdm_forward_gpu_new(const tdm_model *m, int device, int32_t n_ctx, in
                              max_batch);
     if (!tdm_gpu_available())
         return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "forward_gpu: no CUDA device (or a build without CUDA)");
+    if (xp && (hp->n_expert < 1 || hp->n_expert_used < 1))
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "forward_gpu: hybrid mode needs routed experts (%s has none)",
+                             tdm_arch_name(hp->arch));
     tdm_forward_gpu *f = calloc(1, sizeof *f);
     if (!f)
         return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu context");
@@ -310,13 +432,16 @@ tdm_status tdm_forward_gpu_new(const tdm_model *m, int device, int32_t n_ctx, in
     f->B = max_batch < n_ctx ? max_batch : n_ctx;
     f->mm_min = MV_MAX;
     f->graphs = true;
+    f->hybrid = xp != NULL;
     size_dims(f);
     f->L = calloc((size_t)hp->n_layer, sizeof *f->L);
     tdm_status st = f->L ? tdm_gpu_create(device, &f->g, err) : tdm_error_set(err, TDM_ERR_OOM, "forward_gpu layers");
+    if (!st && xp)
+        st = plan_budget(f, xp, err);
     if (!st)
         st = alloc_state(f, err);
     for (int32_t il = 0; il < hp->n_layer && !st; il++) {
-        st = upload_layer(f, tdm_model_layer(m, il), &f->L[il], err);
+        st = upload_layer(f, tdm_model_layer(m, il), il, &f->L[il], err);
         if (st)
             tdm_error_wrap(err, "layer %d", il);
     }
@@ -324,6 +449,8 @@ tdm_status tdm_forward_gpu_new(const tdm_model *m, int device, int32_t n_ctx, in
         st = up_weight(f, tdm_model_output_norm(m), &f->out_norm, err);
     if (!st)
         st = up_weight(f, tdm_model_output(m), &f->output, err);
+    if (!st && xp)
+        st = start_hybrid(f, xp, err);
     if (!st)
         st = tdm_forward_gpu_reset(f, err);
     if (!st)
@@ -335,6 +462,25 @@ tdm_status tdm_forward_gpu_new(const tdm_model *m, int device, int32_t n_ctx, in
     *out = f;
     return TDM_OK;
 }
+
+tdm_status tdm_forward_gpu_new(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
+                               tdm_forward_gpu **out, tdm_error *err)
+{
+    return create(m, device, n_ctx, max_batch, NULL, out, err);
+}
+
+tdm_status tdm_forward_gpu_new_hybrid(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
+                                      const tdm_executor_params *xp, tdm_forward_gpu **out, tdm_error *err)
+{
+    if (!xp) {
+        *out = NULL;
+        return tdm_error_set(err, TDM_ERR_INVALID, "forward_gpu: hybrid mode without executor parameters");
+    }
+    return create(m, device, n_ctx, max_batch, xp, out, err);
+}
+
+tdm_executor *tdm_forward_gpu_executor(tdm_forward_gpu *f) { return f->ex; }
+const tdm_budget *tdm_forward_gpu_budget(const tdm_forward_gpu *f) { return f->ex ? &f->budget : NULL; }
 
 size_t tdm_forward_gpu_bytes(const tdm_forward_gpu *f) { return f->bytes; }
 size_t tdm_forward_gpu_weight_bytes(const tdm_forward_gpu *f) { return f->weight_bytes; }
@@ -396,12 +542,6 @@ static tdm_status proj(tdm_forward_gpu *f, const dweight *w, const float *x, int
 
 /* ---- layers (forward.c's attention_layer / deltanet_layer / ffn_layer) ---- */
 
-#define TRY(call)            \
-    do {                     \
-        tdm_status st_ = (call); \
-        if (st_)             \
-            return st_;      \
-    } while (0)
 
 static tdm_status attention_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer *gl, int32_t n, int32_t pos0,
                                   tdm_error *err)
@@ -424,9 +564,9 @@ static tdm_status attention_layer(tdm_forward_gpu *f, const tdm_layer *L, const 
     TRY(tdm_gpu_rmsnorm(f->g, K, gl->k_norm.d, K, (int64_t)n * Hkv, hd, hd, hp->norm_eps, err));
     TRY(tdm_gpu_rope(f->g, Q, n, H, hd, H * hd, hp->n_rot, (float)hp->rope_base, f->pos, err));
     TRY(tdm_gpu_rope(f->g, K, n, Hkv, hd, Hkv * hd, hp->n_rot, (float)hp->rope_base, f->pos, err));
-    TRY(tdm_gpu_kv_store(f->g, K, V, Hkv * hd, kc, vc, Hkv, hd, f->n_ctx, pos0, n, err));
+    TRY(tdm_gpu_kv_store(f->g, K, V, Hkv * hd, kc, vc, Hkv, hd, f->n_ctx, f->pos, n, err));
     const float scale = (float)(1.0 / sqrt((double)hd));
-    TRY(tdm_gpu_attention(f->g, Q, kc, vc, hp->attn_gated ? f->gate : NULL, f->ao, n, H, Hkv, hd, f->n_ctx, pos0,
+    TRY(tdm_gpu_attention(f->g, Q, kc, vc, hp->attn_gated ? f->gate : NULL, f->ao, n, H, Hkv, hd, f->n_ctx, f->pos,
                           scale, err));
     return proj(f, &gl->wo, f->ao, n, f->x, true, err);
 }
@@ -453,9 +593,14 @@ static tdm_status deltanet_layer(tdm_forward_gpu *f, const tdm_layer *L, const g
     return proj(f, &gl->out, f->q, n, f->x, true, err);
 }
 
+static int32_t *layer_ids(const tdm_forward_gpu *f, int32_t il)
+{
+    return f->ids + (size_t)il * f->B * (size_t)(f->hp->n_expert_used > 0 ? f->hp->n_expert_used : 1);
+}
+
 static tdm_status route_hook(tdm_forward_gpu *f, int32_t il, int32_t n, int32_t pos0, int32_t k, tdm_error *err)
 {
-    TRY(tdm_gpu_download(f->g, f->hids, f->ids, (size_t)n * k * sizeof(int32_t), err));
+    TRY(tdm_gpu_download(f->g, f->hids, layer_ids(f, il), (size_t)n * k * sizeof(int32_t), err));
     TRY(tdm_gpu_download(f->g, f->hwts, f->wts, (size_t)n * k * sizeof(float), err));
     for (int32_t t = 0; t < n; t++)
         f->hook(f->hook_user, pos0 + t, il, k, f->hids + (size_t)t * k, f->hwts + (size_t)t * k);
@@ -475,14 +620,18 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         TRY(proj(f, &gl->router, f->xn, n, f->rl, false, err));
         if (gl->shexp_gate.d)
             TRY(proj(f, &gl->shexp_gate, f->xn, n, f->sg, false, err));
-        TRY(tdm_gpu_router(f->g, f->rl, n, hp->n_expert, k, hp->norm_topk, f->ids, f->wts, err));
+        ids = layer_ids(f, il);
+        wts = f->wts;
+        TRY(tdm_gpu_router(f->g, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts, err));
         if (f->hook)
             TRY(route_hook(f, il, n, pos0, k, err));
-        ids = f->ids;
-        wts = f->wts;
+        /* hybrid: the misses go to the CPU pool now, the hits run meanwhile */
+        if (f->ex)
+            TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, err));
     }
     TRY(tdm_gpu_moe_gate_up(f->g, &gl->moe, f->xn, ids, n, k, f->h, err));
-    return tdm_gpu_moe_down(f->g, &gl->moe, f->h, ids, wts, n, k, NULL, f->x, true, err);
+    TRY(tdm_gpu_moe_down(f->g, &gl->moe, f->h, ids, wts, n, k, NULL, f->x, true, err));
+    return f->ex && L->ffn == TDM_FFN_MOE ? tdm_gpu_handoff_merge(f->g, &f->ho, f->x, n, err) : TDM_OK;
 }
 
 /* ---- driver ---- */
@@ -539,14 +688,61 @@ static tdm_status layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error 
     return TDM_OK;
 }
 
+/* Hybrid, before a step: slot copies that have landed are published and the
+ * device mirror of the residency follows; the pool is woken to spin. */
+static tdm_status hybrid_begin(tdm_forward_gpu *f, tdm_error *err)
+{
+    if (!f->ex)
+        return TDM_OK;
+    uint64_t v;
+    TRY(tdm_executor_gpu_begin(f->ex, &v, err));
+    if (v != f->res_version) {
+        const tdm_hparams *hp = f->hp;
+        TRY(tdm_gpu_upload(f->g, f->slot_of, tdm_expert_cache_residency(tdm_executor_cache(f->ex)),
+                           (size_t)hp->n_layer * (size_t)hp->n_expert * sizeof(int32_t), err));
+        f->res_version = v;
+    }
+    return tdm_gpu_mark(f->g, 0, err);
+}
+
+/* Hybrid, after a step of n tokens (synchronises): its routing and the
+ * hand-off counters go to the executor (statistics, cache policy). */
+static tdm_status hybrid_end(tdm_forward_gpu *f, int32_t n, tdm_error *err)
+{
+    if (!f->ex)
+        return TDM_OK;
+    const size_t k = (size_t)f->hp->n_expert_used, row = (size_t)n * k * sizeof(int32_t);
+    uint32_t hs[TDM_GPU_HANDOFF_WORDS];
+    float ms = 0.0f;
+    TRY(tdm_gpu_mark(f->g, 1, err));
+    TRY(tdm_gpu_download_rows(f->g, f->pass_ids, row, f->ids, (size_t)f->B * k * sizeof(int32_t), row,
+                              (size_t)f->hp->n_layer, err));
+    TRY(tdm_gpu_download(f->g, hs, f->hstate, sizeof hs, err));
+    TRY(tdm_gpu_elapsed_ms(f->g, 0, 1, &ms, err));
+    if (hs[TDM_GPU_HANDOFF_TIMEOUTS] != f->hstate_host[TDM_GPU_HANDOFF_TIMEOUTS]) {
+        tdm_error pe = {0};
+        tdm_status pst = tdm_pool_check(tdm_executor_pool(f->ex), &pe);
+        return tdm_error_set(err, TDM_ERR_CUDA, "forward_gpu: the CPU expert pool did not answer within %.0f s%s%s",
+                             f->ho.timeout_s, pst ? ": " : "", pst ? pe.msg : "");
+    }
+    const uint64_t wait = hs[TDM_GPU_HANDOFF_WAIT_LO] | (uint64_t)hs[TDM_GPU_HANDOFF_WAIT_HI] << 32;
+    const uint64_t prev = f->hstate_host[TDM_GPU_HANDOFF_WAIT_LO] |
+                          (uint64_t)f->hstate_host[TDM_GPU_HANDOFF_WAIT_HI] << 32;
+    memcpy(f->hstate_host, hs, sizeof hs);
+    return tdm_executor_gpu_end(f->ex, f->pass_ids, (size_t)n * k, n, ms, (double)(wait - prev) * 1e-6, err);
+}
+
 static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
                              bool all, tdm_error *err)
 {
     TRY(embed(f, tokens, n, pos0, err));
+    TRY(hybrid_begin(f, err));
     TRY(layers(f, n, pos0, err));
     if (logits)
-        return head(f, n, logits, all, err);
-    return tdm_gpu_sync(f->g, err);
+        TRY(head(f, n, logits, all, err));
+    else
+        TRY(tdm_gpu_sync(f->g, err));
+    return hybrid_end(f, n, err);
 }
 
 /* One decode step recorded as a CUDA graph (updated in place from the
@@ -591,9 +787,10 @@ tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32
                                  hp->n_vocab);
     if (n == 1 && logits && f->graphs && !f->hook) {
         TRY(embed(f, tokens, 1, pos0, err));
+        TRY(hybrid_begin(f, err));
         tdm_status st = TDM_OK;
         if (decode_graph(f, pos0, logits, &st, err))
-            return st;
+            return st ? st : hybrid_end(f, 1, err);
     }
     for (int32_t b0 = 0; b0 < n; b0 += f->B) {
         const int32_t nb = n - b0 < f->B ? n - b0 : f->B;

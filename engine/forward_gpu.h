@@ -46,6 +46,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "executor.h"
+#include "expert_cache.h"
 #include "forward.h"
 #include "gpu.h"
 #include "model.h"
@@ -58,6 +60,23 @@ typedef struct tdm_forward_gpu tdm_forward_gpu;
 tdm_status tdm_forward_gpu_new(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
                                tdm_forward_gpu **out, tdm_error *err);
 void tdm_forward_gpu_free(tdm_forward_gpu *f);
+
+/* Hybrid mode (DESIGN.md §1-2, docs/EXECUTOR.md): everything but the routed
+ * experts is uploaded; the routed experts live in the expert cache's slot
+ * arena in VRAM (filled by xp's policy/profile) and the misses of every MoE
+ * layer are computed by the CPU pool (xp: threads, topology) in parallel with
+ * the GPU's hits, hand-off through mapped memory (gpu_handoff.h), no host
+ * round trip per layer. VRAM budget: xp->gpu_mem, or the free memory minus a
+ * 768 MiB reserve when 0; the ledger (expert_cache.h) is checked before any
+ * allocation (TDM_ERR_OOM naming what would fit), and the slots are whatever
+ * the budget leaves after the real allocations (or xp->n_slots when >= 0).
+ * xp->max_batch / n_ctx / dev / mem_* are set here. */
+tdm_status tdm_forward_gpu_new_hybrid(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
+                                      const tdm_executor_params *xp, tdm_forward_gpu **out, tdm_error *err);
+/* The executor (statistics, cache, pool) of a hybrid forward; NULL otherwise. */
+tdm_executor *tdm_forward_gpu_executor(tdm_forward_gpu *f);
+/* The budget plan of a hybrid forward; NULL otherwise. */
+const tdm_budget *tdm_forward_gpu_budget(const tdm_forward_gpu *f);
 
 /* Device bytes held (weights, state, scratch) and the weights alone. */
 size_t tdm_forward_gpu_bytes(const tdm_forward_gpu *f);

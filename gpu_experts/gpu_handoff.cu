@@ -1,0 +1,284 @@
+/* gpu_handoff: publish / merge kernels of the hybrid executor and the
+ * expert-slot device (see gpu_handoff.h). */
+#include "gpu_common.cuh"
+#include "gpu_handoff.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define HANDOFF_THREADS 256
+#define HANDOFF_MAX_BLOCKS 64
+
+/* Whether any selection of the layer has no slot (an id out of range counts
+ * as a miss, so the pool reports it). Every block evaluates it itself. */
+__device__ bool layer_misses(const tdm_gpu_handoff &h, int32_t layer, const int32_t *ids, int n)
+{
+    __shared__ int miss;
+    if (threadIdx.x == 0)
+        miss = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= h.n_expert || h.slot_of[(int64_t)layer * h.n_expert + e] < 0)
+            miss = 1; /* benign race: every writer stores 1 */
+    }
+    __syncthreads();
+    return miss != 0;
+}
+
+__global__ void __launch_bounds__(HANDOFF_THREADS)
+    publish_kernel(tdm_gpu_handoff h, int32_t layer, const float *__restrict__ x, const int32_t *__restrict__ ids,
+                   const float *__restrict__ w, int32_t ntok)
+{
+    const int nk = ntok * h.k;
+    if (!layer_misses(h, layer, ids, nk)) {
+        if (blockIdx.x == 0 && threadIdx.x == 0)
+            h.state[TDM_GPU_HANDOFF_CUR] = 0;
+        return;
+    }
+    const int64_t nx = (int64_t)ntok * h.n_embd;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nx; i += stride)
+        h.x[i] = x[i];
+    if (blockIdx.x == 0) {
+        for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+            h.ids[i] = ids[i];
+            h.weights[i] = w[i];
+        }
+        if (threadIdx.x == 0) {
+            *h.layer = layer;
+            *h.n_tok = ntok;
+        }
+    }
+    /* The last block to finish its share bumps the job number, after every
+     * block's writes are visible to the host (fence, then count). */
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x != 0)
+        return;
+    const unsigned done = atomicAdd(&h.state[TDM_GPU_HANDOFF_ARRIVED], 1u);
+    if (done != gridDim.x - 1)
+        return;
+    __threadfence_system();
+    h.state[TDM_GPU_HANDOFF_ARRIVED] = 0;
+    const uint32_t seq = h.state[TDM_GPU_HANDOFF_SEQ] + 1;
+    h.state[TDM_GPU_HANDOFF_SEQ] = seq;
+    h.state[TDM_GPU_HANDOFF_CUR] = seq;
+    h.state[TDM_GPU_HANDOFF_JOBS] += 1;
+    *(volatile uint32_t *)h.dev_seq = seq;
+    __threadfence_system();
+}
+
+__device__ __forceinline__ uint64_t global_ns(void)
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Thread 0 of every block waits for the job; block 0 accounts the time. */
+__global__ void __launch_bounds__(HANDOFF_THREADS)
+    merge_kernel(tdm_gpu_handoff h, float *__restrict__ y, int32_t ntok, uint64_t timeout_ns)
+{
+    __shared__ int ready;
+    const uint32_t seq = h.state[TDM_GPU_HANDOFF_CUR];
+    if (seq == 0)
+        return;
+    if (threadIdx.x == 0) {
+        const uint64_t t0 = global_ns();
+        uint64_t t = t0;
+        ready = 1;
+        while ((int32_t)(*(volatile const uint32_t *)h.pool_seq - seq) < 0) {
+            t = global_ns();
+            if (t - t0 > timeout_ns) {
+                ready = 0;
+                break;
+            }
+            __nanosleep(200);
+        }
+        __threadfence_system();
+        if (blockIdx.x == 0) {
+            unsigned long long *wait = (unsigned long long *)&h.state[TDM_GPU_HANDOFF_WAIT_LO];
+            atomicAdd(wait, (unsigned long long)(t - t0));
+            if (!ready)
+                atomicAdd(&h.state[TDM_GPU_HANDOFF_TIMEOUTS], 1u);
+        }
+    }
+    __syncthreads();
+    if (!ready)
+        return;
+    const volatile float *out = h.out;
+    const int64_t n = (int64_t)ntok * h.n_embd;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += out[i];
+}
+
+static tdm_status check(const tdm_gpu_handoff *h, int32_t ntok, tdm_error *err)
+{
+    TDM_REQUIRE(err, h && h->dev_seq && h->pool_seq && h->x && h->out && h->ids && h->weights && h->state &&
+                         h->slot_of && h->layer && h->n_tok,
+                "gpu handoff: incomplete descriptor");
+    TDM_REQUIRE(err, ntok >= 1 && ntok <= h->max_tok, "gpu handoff: %d tokens (mailbox holds %d)", ntok,
+                h->max_tok);
+    TDM_REQUIRE(err, h->k >= 1 && h->n_embd >= 1 && h->n_expert >= 1, "gpu handoff: k %d, n_embd %lld, n_expert %lld",
+                h->k, (long long)h->n_embd, (long long)h->n_expert);
+    return TDM_OK;
+}
+
+static unsigned grid_for(int64_t n)
+{
+    unsigned b = tdm_cdiv(n, HANDOFF_THREADS * 4);
+    return b < 1 ? 1 : b > HANDOFF_MAX_BLOCKS ? HANDOFF_MAX_BLOCKS : b;
+}
+
+extern "C" tdm_status tdm_gpu_handoff_publish(tdm_gpu *g, const tdm_gpu_handoff *h, int32_t layer, const float *x,
+                                              const int32_t *ids, const float *weights, int32_t ntok, tdm_error *err)
+{
+    tdm_status st = check(h, ntok, err);
+    if (st)
+        return st;
+    TDM_REQUIRE(err, layer >= 0, "gpu handoff: layer %d", layer);
+    publish_kernel<<<grid_for((int64_t)ntok * h->n_embd), HANDOFF_THREADS, 0, g->stream>>>(*h, layer, x, ids,
+                                                                                            weights, ntok);
+    TDM_LAUNCHED(err, "handoff publish");
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_handoff_merge(tdm_gpu *g, const tdm_gpu_handoff *h, float *y, int32_t ntok,
+                                            tdm_error *err)
+{
+    tdm_status st = check(h, ntok, err);
+    if (st)
+        return st;
+    const double t = h->timeout_s > 0 ? h->timeout_s : 30.0;
+    merge_kernel<<<grid_for((int64_t)ntok * h->n_embd), HANDOFF_THREADS, 0, g->stream>>>(*h, y, ntok,
+                                                                                          (uint64_t)(t * 1e9));
+    TDM_LAUNCHED(err, "handoff merge");
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src,
+                                            size_t src_pitch, size_t width, size_t rows, tdm_error *err)
+{
+    if (!rows || !width)
+        return TDM_OK;
+    TDM_CU(err, cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToHost, g->stream));
+    TDM_CU(err, cudaStreamSynchronize(g->stream));
+    return TDM_OK;
+}
+
+/* ---- the expert-slot device ---- */
+
+typedef struct slot_device {
+    tdm_expert_device dev; /* first: the table handed out */
+    tdm_gpu *g;
+    size_t slot_bytes;
+    int n_stage, next;
+    uint8_t **stage;       /* [n_stage] page-locked, slot_bytes each */
+    cudaEvent_t *done;     /* [n_stage] the copy out of each buffer */
+    bool *used;            /* [n_stage] an event was recorded */
+    int last;              /* buffer of the latest copy, -1 before the first */
+} slot_device;
+
+static tdm_status sd_alloc(void *ctx, size_t bytes, void **arena, tdm_error *err)
+{
+    slot_device *s = (slot_device *)ctx;
+    return tdm_gpu_alloc(s->g, bytes, arena, err);
+}
+
+static void sd_free(void *ctx, void *arena) { tdm_gpu_release(((slot_device *)ctx)->g, arena); }
+
+static tdm_status sd_copy(void *ctx, void *arena, size_t offset, int n, const void *const *src, const size_t *bytes,
+                          tdm_error *err)
+{
+    slot_device *s = (slot_device *)ctx;
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += bytes[i];
+    TDM_REQUIRE(err, total <= s->slot_bytes, "slot copy: %zu bytes exceed the %zu-byte staging buffer", total,
+                s->slot_bytes);
+    const int b = s->next;
+    s->next = (s->next + 1) % s->n_stage;
+    if (s->used[b]) /* the ring came round: that buffer's DMA must be over */
+        TDM_CU(err, cudaEventSynchronize(s->done[b]));
+    uint8_t *p = s->stage[b];
+    for (int i = 0; i < n; i++) {
+        memcpy(p, src[i], bytes[i]);
+        p += bytes[i];
+    }
+    TDM_CU(err, cudaMemcpyAsync((uint8_t *)arena + offset, s->stage[b], total, cudaMemcpyHostToDevice,
+                                s->g->copy_stream));
+    TDM_CU(err, cudaEventRecord(s->done[b], s->g->copy_stream));
+    s->used[b] = true;
+    s->last = b;
+    return TDM_OK;
+}
+
+static tdm_status sd_sync(void *ctx, tdm_error *err)
+{
+    TDM_CU(err, cudaStreamSynchronize(((slot_device *)ctx)->g->copy_stream));
+    return TDM_OK;
+}
+
+static bool sd_poll(void *ctx)
+{
+    slot_device *s = (slot_device *)ctx;
+    if (s->last < 0)
+        return true;
+    cudaError_t e = cudaEventQuery(s->done[s->last]);
+    if (e == cudaErrorNotReady)
+        return false;
+    (void)cudaGetLastError();
+    return true; /* done, or failed: a failure shows at the next synchronising call */
+}
+
+extern "C" void tdm_gpu_slot_device_free(tdm_expert_device *d)
+{
+    if (!d)
+        return;
+    slot_device *s = (slot_device *)d;
+    if (s->g)
+        (void)cudaStreamSynchronize(s->g->copy_stream);
+    for (int i = 0; i < s->n_stage; i++) {
+        if (s->done && s->done[i])
+            cudaEventDestroy(s->done[i]);
+        if (s->stage && s->stage[i])
+            tdm_gpu_release_host(s->g, s->stage[i]);
+    }
+    free(s->stage);
+    free(s->done);
+    free(s->used);
+    free(s);
+}
+
+extern "C" tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, tdm_expert_device **out,
+                                              tdm_error *err)
+{
+    *out = NULL;
+    TDM_REQUIRE(err, staging >= 1 && slot_bytes > 0, "slot device: %d staging buffers of %zu bytes", staging,
+                slot_bytes);
+    slot_device *s = (slot_device *)calloc(1, sizeof *s);
+    if (!s)
+        return tdm_error_set(err, TDM_ERR_OOM, "slot device");
+    s->dev = (tdm_expert_device){"cuda", s, sd_alloc, sd_free, sd_copy, sd_sync, sd_poll};
+    s->g = g;
+    s->slot_bytes = slot_bytes;
+    s->n_stage = staging;
+    s->last = -1;
+    s->stage = (uint8_t **)calloc((size_t)staging, sizeof *s->stage);
+    s->done = (cudaEvent_t *)calloc((size_t)staging, sizeof *s->done);
+    s->used = (bool *)calloc((size_t)staging, sizeof *s->used);
+    tdm_status st = s->stage && s->done && s->used ? TDM_OK : tdm_error_set(err, TDM_ERR_OOM, "slot device");
+    for (int i = 0; i < staging && !st; i++) {
+        st = tdm_gpu_alloc_host(g, slot_bytes, (void **)&s->stage[i], err);
+        cudaError_t e = st ? cudaSuccess : cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming);
+        if (e != cudaSuccess)
+            st = tdm_gpu_cuda_fail(err, e, "cudaEventCreateWithFlags", __FILE__, __LINE__);
+    }
+    if (st) {
+        tdm_gpu_slot_device_free(&s->dev);
+        return st;
+    }
+    *out = &s->dev;
+    return TDM_OK;
+}

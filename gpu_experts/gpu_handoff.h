@@ -1,0 +1,104 @@
+/* gpu_handoff: the CUDA side of the hybrid executor (docs/EXECUTOR.md).
+ *
+ * Per MoE layer the GPU hands the experts it does not hold to the CPU pool
+ * (cpu_experts/pool.h) through the pool's mailbox, which lives in mapped
+ * page-locked host memory (tdm_gpu_alloc_host), and takes the pool's partial
+ * sum back, with no host thread involved:
+ *
+ *   publish  after the router: counts the selections whose expert has no slot
+ *            (slot_of -1); if there is one, copies x, ids, weights, layer and
+ *            the token count into the mailbox, fences (system scope) and
+ *            stores the next job number into dev_seq. If every selection hits,
+ *            it writes nothing and the pool is never woken.
+ *   (the fused MoE kernels compute the hits meanwhile)
+ *   merge    if the layer published a job: spins on pool_seq (volatile loads
+ *            of mapped memory) until the pool reports that job, then adds the
+ *            pool's out rows into y. A pool that does not answer within the
+ *            timeout is counted (TDM_GPU_HANDOFF_TIMEOUTS) and the add is
+ *            skipped, so the GPU never hangs; the host turns the count into an
+ *            error after the step.
+ *
+ * Both are ordinary kernels on the compute stream, so a decode step with
+ * hand-offs is still one CUDA graph. The job number and the statistics live
+ * in a small device array (`state`, TDM_GPU_HANDOFF_WORDS words) that the
+ * caller allocates, zeroes and reads back (tdm_gpu_download) between steps.
+ *
+ * Also here: the expert-slot device for engine/expert_cache.h (arena in
+ * device memory; slot copies staged through page-locked buffers and sent on
+ * the context's copy stream, so they overlap decode; poll() reports when the
+ * last one has landed).
+ *
+ * Ownership: the descriptor only points at memory owned by others (the
+ * pool's mailbox, the forward's device buffers). The slot device owns its
+ * staging buffers and events; the arena is allocated through the context.
+ * In builds without CUDA every call returns TDM_ERR_UNSUPPORTED.
+ */
+#ifndef TDM_GPU_HANDOFF_H
+#define TDM_GPU_HANDOFF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "expert_cache.h"
+#include "gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Words of the device state array (uint32). */
+enum {
+    TDM_GPU_HANDOFF_SEQ = 0,      /* last job number published */
+    TDM_GPU_HANDOFF_CUR = 1,      /* job of the layer in flight, 0 when it published none */
+    TDM_GPU_HANDOFF_WAIT_LO = 2,  /* nanoseconds the merge waited for the pool (uint64, low word) */
+    TDM_GPU_HANDOFF_WAIT_HI = 3,
+    TDM_GPU_HANDOFF_TIMEOUTS = 4, /* merges that gave up waiting */
+    TDM_GPU_HANDOFF_JOBS = 5,     /* jobs published */
+    TDM_GPU_HANDOFF_ARRIVED = 6,  /* publish: blocks done (internal) */
+    TDM_GPU_HANDOFF_WORDS = 8
+};
+
+typedef struct tdm_gpu_handoff {
+    /* the mailbox, mapped page-locked host memory (same pointer on both sides) */
+    uint32_t *dev_seq;        /* GPU -> pool: job number published */
+    const uint32_t *pool_seq; /* pool -> GPU: job number finished */
+    int32_t *layer, *n_tok;   /* job header */
+    int32_t *ids;             /* [max_tok][k] */
+    float *weights;           /* [max_tok][k] */
+    float *x;                 /* [max_tok][n_embd] */
+    const float *out;         /* [max_tok][n_embd] the pool's sum over the missed experts */
+    int32_t max_tok, k;
+    int64_t n_embd;
+    /* device memory */
+    const int32_t *slot_of;   /* [n_layer][n_expert] slot or -1 */
+    int64_t n_expert;
+    uint32_t *state;          /* [TDM_GPU_HANDOFF_WORDS], zeroed before the first step */
+    double timeout_s;         /* merge gives up after this long (e.g. 30) */
+} tdm_gpu_handoff;
+
+/* After the router of `layer`: x [ntok][n_embd] (the routed activation),
+ * ids/weights [ntok][k] (device). ntok <= max_tok. */
+tdm_status tdm_gpu_handoff_publish(tdm_gpu *g, const tdm_gpu_handoff *h, int32_t layer, const float *x,
+                                   const int32_t *ids, const float *weights, int32_t ntok, tdm_error *err);
+
+/* After the hit kernels: y[t] += out[t] for t < ntok once the pool has
+ * finished the layer's job (nothing when the layer published none). */
+tdm_status tdm_gpu_handoff_merge(tdm_gpu *g, const tdm_gpu_handoff *h, float *y, int32_t ntok, tdm_error *err);
+
+/* Device copy dst[r][0..width) = src[r * src_pitch ...] for rows r < rows
+ * into host memory, then waits (2-D download, e.g. one layer-strided slab). */
+tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                                 size_t width, size_t rows, tdm_error *err);
+
+/* The expert-slot device: `staging` page-locked buffers of slot_bytes each
+ * (>= 1) rotate for the copies. *out is owned by the caller and freed with
+ * tdm_gpu_slot_device_free (after the cache that uses it). */
+tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, tdm_expert_device **out,
+                                   tdm_error *err);
+void tdm_gpu_slot_device_free(tdm_expert_device *d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

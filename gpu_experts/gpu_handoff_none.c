@@ -1,0 +1,41 @@
+/* gpu_handoff_none: gpu_handoff.h in builds without CUDA. */
+#ifndef TDM_HAVE_CUDA
+
+#include "gpu_handoff.h"
+
+static tdm_status no_cuda(tdm_error *err, const char *what)
+{
+    return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "%s: this build has no CUDA support", what);
+}
+
+tdm_status tdm_gpu_handoff_publish(tdm_gpu *g, const tdm_gpu_handoff *h, int32_t layer, const float *x,
+                                   const int32_t *ids, const float *weights, int32_t ntok, tdm_error *err)
+{
+    (void)g, (void)h, (void)layer, (void)x, (void)ids, (void)weights, (void)ntok;
+    return no_cuda(err, "gpu handoff");
+}
+
+tdm_status tdm_gpu_handoff_merge(tdm_gpu *g, const tdm_gpu_handoff *h, float *y, int32_t ntok, tdm_error *err)
+{
+    (void)g, (void)h, (void)y, (void)ntok;
+    return no_cuda(err, "gpu handoff");
+}
+
+tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                                 size_t width, size_t rows, tdm_error *err)
+{
+    (void)g, (void)dst, (void)dst_pitch, (void)src, (void)src_pitch, (void)width, (void)rows;
+    return no_cuda(err, "gpu download");
+}
+
+tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, tdm_expert_device **out,
+                                   tdm_error *err)
+{
+    (void)g, (void)slot_bytes, (void)staging;
+    *out = NULL;
+    return no_cuda(err, "slot device");
+}
+
+void tdm_gpu_slot_device_free(tdm_expert_device *d) { (void)d; }
+
+#endif
