@@ -157,22 +157,28 @@ tdm_status tdm_gpu_qgate_split(tdm_gpu *g, const float *p, float *q, float *gate
 
 /* ---- attention ---- */
 
+/* Positions come from device memory (pos: [ntok], as tdm_gpu_rope takes them)
+ * and launch shapes do not depend on them, so a recorded decode step (CUDA
+ * graph) replays unchanged from token to token. A position outside
+ * 0 .. n_ctx-1 never touches the cache: kv_store skips that token and
+ * attention writes a zero output row for it. */
+
 /* Stores ntok new K/V rows (k, v: [ntok][n_kv][head_dim], token stride
- * tok_stride floats) into the fp16 caches kc, vc ([n_kv][n_ctx][head_dim]) at
- * positions pos0 .. pos0+ntok-1. */
+ * tok_stride floats) into the fp16 caches kc, vc ([n_kv][n_ctx][head_dim]),
+ * token t at row pos[t]. */
 tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *v, int64_t tok_stride,
                             uint16_t *kc, uint16_t *vc, int64_t n_kv, int64_t head_dim,
-                            int64_t n_ctx, int64_t pos0, int64_t ntok, tdm_error *err);
+                            int64_t n_ctx, const int32_t *pos, int64_t ntok, tdm_error *err);
 
-/* Causal GQA attention for ntok queries at positions pos0 .. pos0+ntok-1 over
- * the caches (which must already hold positions 0 .. pos0+ntok-1).
+/* Causal GQA attention for ntok queries over the caches: query t attends keys
+ * 0 .. pos[t] (the caches must already hold them).
  * q: [ntok][n_head][head_dim]; query head h reads KV head h / (n_head / n_kv);
  * scale: usually 1/sqrt(head_dim). gate: NULL, or [ntok][n_head][head_dim]:
  * the output is multiplied by sigmoid(gate) (gated attention).
- * o: [ntok][n_head][head_dim]. Softmax in float32. head_dim <= 512, multiple of 32. */
+ * o: [ntok][n_head][head_dim]. Softmax in float32. head_dim <= 512. */
 tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc, const uint16_t *vc,
                              const float *gate, float *o, int64_t ntok, int64_t n_head,
-                             int64_t n_kv, int64_t head_dim, int64_t n_ctx, int64_t pos0,
+                             int64_t n_kv, int64_t head_dim, int64_t n_ctx, const int32_t *pos,
                              float scale, tdm_error *err);
 
 /* ---- Gated DeltaNet ---- */

@@ -4,16 +4,23 @@
 
 #include "gpu_attn.cuh"
 
+/* True when a position read from device memory addresses a cache row. */
+__device__ __forceinline__ bool pos_in_cache(int64_t p, int64_t n_ctx) { return p >= 0 && p < n_ctx; }
+
 __global__ void kv_store_kernel(const float *__restrict__ k, const float *__restrict__ v,
                                 int64_t tok_stride, __half *kc, __half *vc, int64_t n_kv,
-                                int64_t head_dim, int64_t n_ctx, int64_t pos0, int64_t ntok)
+                                int64_t head_dim, int64_t n_ctx, const int32_t *__restrict__ pos,
+                                int64_t ntok)
 {
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t per_tok = n_kv * head_dim;
     if (idx >= ntok * per_tok)
         return;
     int64_t t = idx / per_tok, r = idx % per_tok, h = r / head_dim, i = r % head_dim;
-    int64_t dst = (h * n_ctx + pos0 + t) * head_dim + i;
+    int64_t p = pos[t];
+    if (!pos_in_cache(p, n_ctx))
+        return;
+    int64_t dst = (h * n_ctx + p) * head_dim + i;
     kc[dst] = __float2half_rn(k[t * tok_stride + r]);
     vc[dst] = __float2half_rn(v[t * tok_stride + r]);
 }
@@ -21,34 +28,41 @@ __global__ void kv_store_kernel(const float *__restrict__ k, const float *__rest
 extern "C" tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *v,
                                        int64_t tok_stride, uint16_t *kc, uint16_t *vc,
                                        int64_t n_kv, int64_t head_dim, int64_t n_ctx,
-                                       int64_t pos0, int64_t ntok, tdm_error *err)
+                                       const int32_t *pos, int64_t ntok, tdm_error *err)
 {
-    TDM_REQUIRE(err, k && v && kc && vc, "gpu kv_store: NULL argument");
-    TDM_REQUIRE(err, n_kv > 0 && head_dim > 0 && ntok > 0 && tok_stride >= n_kv * head_dim,
+    TDM_REQUIRE(err, k && v && kc && vc && pos, "gpu kv_store: NULL argument");
+    TDM_REQUIRE(err, n_kv > 0 && head_dim > 0 && ntok > 0 && n_ctx > 0 &&
+                         tok_stride >= n_kv * head_dim,
                 "gpu kv_store: bad shape");
-    TDM_REQUIRE(err, pos0 >= 0 && pos0 + ntok <= n_ctx,
-                "gpu kv_store: positions %lld..%lld outside the cache of %lld", (long long)pos0,
-                (long long)(pos0 + ntok - 1), (long long)n_ctx);
     int64_t n = ntok * n_kv * head_dim;
     kv_store_kernel<<<tdm_cdiv(n, 256), 256, 0, g->stream>>>(k, v, tok_stride, (__half *)kc,
                                                              (__half *)vc, n_kv, head_dim, n_ctx,
-                                                             pos0, ntok);
+                                                             pos, ntok);
     TDM_LAUNCHED(err, "kv_store_kernel");
     return TDM_OK;
 }
 
 /* Block = (query token, query head). Lane l of each warp owns channels
- * l + 32c (c < DPL) of q, of the running output and of each K/V row. */
+ * l + 32c (c < DPL) of q, of the running output and of each K/V row.
+ * The keys are 0..pos[t]: read from device memory, so one recorded launch
+ * serves every decode step; a position outside the cache writes zeros. */
 template <int DPL>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc,
                      const __half *__restrict__ vc, const float *__restrict__ gate, float *o,
-                     int n_head, int group, int head_dim, int64_t n_ctx, int64_t pos0, float scale)
+                     int n_head, int group, int head_dim, int64_t n_ctx,
+                     const int32_t *__restrict__ pos, float scale)
 {
     __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
     __shared__ float s_acc[ATTN_WARPS][DPL * 32];
     int t = blockIdx.y, h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t qoff = ((int64_t)t * n_head + h) * head_dim;
+    int64_t p = pos[t];
+    if (!pos_in_cache(p, n_ctx)) { /* uniform over the block: no barrier is skipped */
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x)
+            o[qoff + i] = 0.0f;
+        return;
+    }
     const __half *kh = kc + (int64_t)(h / group) * n_ctx * head_dim;
     const __half *vh = vc + (int64_t)(h / group) * n_ctx * head_dim;
     float qr[DPL], acc[DPL];
@@ -59,7 +73,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
         acc[c] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    int64_t n_keys = pos0 + t + 1;
+    int64_t n_keys = p + 1;
     for (int64_t j = warp; j < n_keys; j += ATTN_WARPS) {
         const __half *kr = kh + j * head_dim, *vr = vh + j * head_dim;
         float s = 0.0f;
@@ -108,10 +122,10 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
 extern "C" tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc,
                                         const uint16_t *vc, const float *gate, float *o,
                                         int64_t ntok, int64_t n_head, int64_t n_kv,
-                                        int64_t head_dim, int64_t n_ctx, int64_t pos0,
+                                        int64_t head_dim, int64_t n_ctx, const int32_t *pos,
                                         float scale, tdm_error *err)
 {
-    TDM_REQUIRE(err, q && kc && vc && o, "gpu attention: NULL argument");
+    TDM_REQUIRE(err, q && kc && vc && o && pos, "gpu attention: NULL argument");
     TDM_REQUIRE(err, n_head > 0 && n_kv > 0 && n_head % n_kv == 0,
                 "gpu attention: %lld query heads are not a multiple of %lld KV heads",
                 (long long)n_head, (long long)n_kv);
@@ -120,16 +134,14 @@ extern "C" tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16
                 ATTN_MAX_HEAD_DIM);
     TDM_REQUIRE(err, ntok > 0 && ntok <= 65535 && n_head <= INT32_MAX,
                 "gpu attention: ntok=%lld outside 1..65535", (long long)ntok);
-    TDM_REQUIRE(err, pos0 >= 0 && pos0 + ntok <= n_ctx,
-                "gpu attention: positions %lld..%lld outside the cache of %lld", (long long)pos0,
-                (long long)(pos0 + ntok - 1), (long long)n_ctx);
+    TDM_REQUIRE(err, n_ctx > 0, "gpu attention: n_ctx=%lld", (long long)n_ctx);
     dim3 grid((unsigned)n_head, (unsigned)ntok);
     int group = (int)(n_head / n_kv), hd = (int)head_dim;
     const __half *k16 = (const __half *)kc, *v16 = (const __half *)vc;
 #define ATTN_LAUNCH(D)                                                                       \
     attention_kernel<D><<<grid, ATTN_WARPS * 32, 0, g->stream>>>(q, k16, v16, gate, o,        \
                                                                  (int)n_head, group, hd, n_ctx, \
-                                                                 pos0, scale)
+                                                                 pos, scale)
     if (head_dim <= 32)
         ATTN_LAUNCH(1);
     else if (head_dim <= 64)

@@ -184,20 +184,20 @@ tdm_status tdm_gpu_qgate_split(tdm_gpu *g, const float *p, float *q, float *gate
 
 tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *v, int64_t tok_stride,
                             uint16_t *kc, uint16_t *vc, int64_t n_kv, int64_t head_dim,
-                            int64_t n_ctx, int64_t pos0, int64_t ntok, tdm_error *err)
+                            int64_t n_ctx, const int32_t *pos, int64_t ntok, tdm_error *err)
 {
     (void)g, (void)k, (void)v, (void)tok_stride, (void)kc, (void)vc, (void)n_kv, (void)head_dim,
-        (void)n_ctx, (void)pos0, (void)ntok;
+        (void)n_ctx, (void)pos, (void)ntok;
     return NO_CUDA(err, "gpu kv_store");
 }
 
 tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc, const uint16_t *vc,
                              const float *gate, float *o, int64_t ntok, int64_t n_head,
-                             int64_t n_kv, int64_t head_dim, int64_t n_ctx, int64_t pos0,
+                             int64_t n_kv, int64_t head_dim, int64_t n_ctx, const int32_t *pos,
                              float scale, tdm_error *err)
 {
     (void)g, (void)q, (void)kc, (void)vc, (void)gate, (void)o, (void)ntok, (void)n_head,
-        (void)n_kv, (void)head_dim, (void)n_ctx, (void)pos0, (void)scale;
+        (void)n_kv, (void)head_dim, (void)n_ctx, (void)pos, (void)scale;
     return NO_CUDA(err, "gpu attention");
 }
 

@@ -151,33 +151,43 @@ static void test_qgate_split(void **state)
 /* ---------------- KV store + attention ---------------- */
 static float h16(float v) { return tdm_fp16_to_fp32(tdm_fp32_to_fp16(v)); }
 
+/* Positions come from device memory: token j of the sequence sits at row
+ * j; with `stray` the last query's position is beyond the cache, so its K/V
+ * must not be stored anywhere and its output row must be zeros. */
 static void run_attention(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ctx, int64_t pos0,
-                          int64_t ntok, bool gated)
+                          int64_t ntok, bool gated, bool stray)
 {
     int64_t total = pos0 + ntok, kvw = n_kv * hd;
     /* all K/V rows 0..total-1; rows before pos0 are stored by an earlier call */
     float *k = frand(total * kvw, 1.0f), *v = frand(total * kvw, 1.0f);
     float *q = frand(ntok * n_head * hd, 1.0f), *gate = frand(ntok * n_head * hd, 2.0f);
+    int32_t *pos = malloc(sizeof(int32_t) * total);
+    for (int64_t j = 0; j < total; j++)
+        pos[j] = (int32_t)j;
+    if (stray)
+        pos[total - 1] = (int32_t)(n_ctx + 5);
     float scale = 1.0f / sqrtf((float)hd);
     double *ref = dalloc(ntok * n_head * hd), *bound = dalloc(ntok * n_head * hd);
     double *sc = dalloc(total);
     for (int64_t t = 0; t < ntok; t++)
         for (int64_t h = 0; h < n_head; h++) {
-            int64_t g = h / (n_head / n_kv), nk = pos0 + t + 1;
+            int64_t g = h / (n_head / n_kv), p = pos[pos0 + t];
+            if (p >= n_ctx)
+                continue; /* ref and bound stay 0: an exact zero row */
             const float *qh = q + (t * n_head + h) * hd;
             double mx = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < nk; j++) {
+            for (int64_t j = 0; j <= p; j++) {
                 double s = 0;
                 for (int64_t i = 0; i < hd; i++)
                     s += (double)qh[i] * scale * h16(k[j * kvw + g * hd + i]);
                 sc[j] = s;
                 mx = fmax(mx, s);
             }
-            for (int64_t j = 0; j < nk; j++)
+            for (int64_t j = 0; j <= p; j++)
                 sum += (sc[j] = exp(sc[j] - mx));
             for (int64_t i = 0; i < hd; i++) {
                 double o = 0, a = 0;
-                for (int64_t j = 0; j < nk; j++) {
+                for (int64_t j = 0; j <= p; j++) {
                     double vv = h16(v[j * kvw + g * hd + i]);
                     o += sc[j] / sum * vv;
                     a += sc[j] / sum * fabs(vv);
@@ -193,43 +203,49 @@ static void run_attention(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ct
     GPU_OK(tdm_gpu_memset(g_gpu, kc, 0xFF, 2 * n_kv * n_ctx * hd, ERR)); /* NaN halves */
     GPU_OK(tdm_gpu_memset(g_gpu, vc, 0xFF, 2 * n_kv * n_ctx * hd, ERR));
     float *dk = dev_upload(k, sizeof(float) * total * kvw), *dv = dev_upload(v, sizeof(float) * total * kvw);
+    int32_t *dpos = dev_upload(pos, sizeof(int32_t) * total);
     if (pos0 > 0)
-        GPU_OK(tdm_gpu_kv_store(g_gpu, dk, dv, kvw, kc, vc, n_kv, hd, n_ctx, 0, pos0, ERR));
+        GPU_OK(tdm_gpu_kv_store(g_gpu, dk, dv, kvw, kc, vc, n_kv, hd, n_ctx, dpos, pos0, ERR));
     GPU_OK(tdm_gpu_kv_store(g_gpu, dk + pos0 * kvw, dv + pos0 * kvw, kvw, kc, vc, n_kv, hd, n_ctx,
-                            pos0, ntok, ERR));
-    /* the cache holds exactly the fp16 of every stored value */
+                            dpos + pos0, ntok, ERR));
+    /* the cache holds exactly the fp16 of every stored value and nothing else */
+    int64_t stored = stray ? total - 1 : total;
     uint16_t *hk = malloc(2 * n_kv * n_ctx * hd);
     GPU_OK(tdm_gpu_sync(g_gpu, ERR));
     GPU_OK(tdm_gpu_download(g_gpu, hk, kc, 2 * n_kv * n_ctx * hd, ERR));
-    for (int64_t j = 0; j < total; j++)
+    for (int64_t j = 0; j < n_ctx; j++)
         for (int64_t g = 0; g < n_kv; g++)
             for (int64_t i = 0; i < hd; i++)
-                assert_int_equal(hk[(g * n_ctx + j) * hd + i], tdm_fp32_to_fp16(k[j * kvw + g * hd + i]));
+                assert_int_equal(hk[(g * n_ctx + j) * hd + i],
+                                 j < stored ? tdm_fp32_to_fp16(k[j * kvw + g * hd + i]) : 0xFFFF);
     float *dq = dev_upload(q, sizeof(float) * ntok * n_head * hd);
     float *dg = dev_upload(gate, sizeof(float) * ntok * n_head * hd);
     float *dout = dev_poisoned(ntok * n_head * hd);
     GPU_OK(tdm_gpu_attention(g_gpu, dq, kc, vc, gated ? dg : NULL, dout, ntok, n_head, n_kv, hd,
-                             n_ctx, pos0, scale, ERR));
+                             n_ctx, dpos + pos0, scale, ERR));
     float *o = dev_download_f32(dout, ntok * n_head * hd);
     char what[96];
-    snprintf(what, sizeof what, "attention %lldq/%lldkv hd %lld pos0 %lld ntok %lld%s",
+    snprintf(what, sizeof what, "attention %lldq/%lldkv hd %lld pos0 %lld ntok %lld%s%s",
              (long long)n_head, (long long)n_kv, (long long)hd, (long long)pos0, (long long)ntok,
-             gated ? " gated" : "");
+             gated ? " gated" : "", stray ? " stray" : "");
     check_close(what, o, ref, bound, ntok * n_head * hd, 0, 0);
-    free(k), free(v), free(q), free(gate), free(ref), free(bound), free(sc), free(hk), free(o);
-    dev_free(kc), dev_free(vc), dev_free(dk), dev_free(dv), dev_free(dq), dev_free(dg), dev_free(dout);
+    free(k), free(v), free(q), free(gate), free(pos), free(ref), free(bound), free(sc), free(hk), free(o);
+    dev_free(kc), dev_free(vc), dev_free(dk), dev_free(dv), dev_free(dpos), dev_free(dq), dev_free(dg);
+    dev_free(dout);
 }
 
 static void test_attention(void **state)
 {
     (void)state;
-    run_attention(32, 4, 128, 300, 0, 37, false);  /* Qwen3-MoE prefill */
-    run_attention(32, 4, 128, 300, 37, 1, false);  /* then decode */
-    run_attention(16, 2, 256, 200, 150, 1, true);  /* Qwen3.5 gated decode, long context */
-    run_attention(16, 2, 256, 64, 5, 9, true);     /* prefill continuing a cache */
-    run_attention(4, 2, 16, 40, 0, 23, false);     /* micro qwen3moe */
-    run_attention(6, 3, 80, 50, 3, 3, true);       /* head_dim not a multiple of 32 */
-    run_attention(2, 1, 512, 20, 0, 2, false);
+    run_attention(32, 4, 128, 300, 0, 37, false, false);  /* Qwen3-MoE prefill */
+    run_attention(32, 4, 128, 300, 37, 1, false, false);  /* then decode */
+    run_attention(16, 2, 256, 200, 150, 1, true, false);  /* Qwen3.5 gated decode, long context */
+    run_attention(16, 2, 256, 64, 5, 9, true, false);     /* prefill continuing a cache */
+    run_attention(4, 2, 16, 40, 0, 23, false, false);     /* micro qwen3moe */
+    run_attention(6, 3, 80, 50, 3, 3, true, false);       /* head_dim not a multiple of 32 */
+    run_attention(2, 1, 512, 20, 0, 2, false, false);
+    run_attention(4, 2, 64, 16, 10, 4, true, true);       /* last position past the cache */
+    run_attention(4, 2, 64, 16, 0, 1, false, true);       /* decode past the cache */
 }
 
 /* ---------------- DeltaNet ---------------- */
