@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "gpu.h"
 
 double cli_gen_now(void)
 {
@@ -26,6 +27,8 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
     o->n_predict = 128;
     o->ctx = 4096;
     o->sp = tdm_sampler_default_params();
+    o->cache_experts = -1;
+    o->policy = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -37,6 +40,10 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
             o->no_think = true, takes = false;
         } else if (!strcmp(a, "--all")) {
             o->all = true, takes = false;
+        } else if (!strcmp(a, "--stats")) {
+            o->stats = true, takes = false;
+        } else if (!strcmp(a, "--hybrid-emulate")) {
+            o->emulate = true, takes = false;
         } else if (!v) {
             fprintf(stderr, "tandem %s: option %s needs a value (or is unknown)\n", cmd, a);
             return 2;
@@ -54,6 +61,16 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
             ok = tdm_cli_parse_long(v, 1, 4096, &l), o->threads = (int)l;
         } else if (!strcmp(a, "--device")) {
             ok = tdm_device_parse(v, &o->device);
+        } else if (!strcmp(a, "--gpu-mem")) {
+            ok = tdm_cli_parse_size(v, &o->gpu_mem) && o->gpu_mem > 0;
+        } else if (!strcmp(a, "--cache-experts")) {
+            ok = tdm_cli_parse_long(v, 0, 1 << 30, &l), o->cache_experts = (int32_t)l;
+        } else if (!strcmp(a, "--profile")) {
+            o->profile = v;
+        } else if (!strcmp(a, "--policy")) {
+            ok = (o->policy = tdm_cache_policy_parse(v)) >= 0;
+        } else if (!strcmp(a, "--adapt-every")) {
+            ok = tdm_cli_parse_long(v, 1, 1 << 24, &l), o->adapt_every = (int32_t)l;
         } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
             ok = tdm_cli_parse_long(v, 1, 1 << 24, &l), o->ctx = (int32_t)l;
         } else if (!strcmp(a, "--seed")) {
@@ -82,7 +99,118 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
         if (takes)
             i++;
     }
+    const bool hyb = o->gpu_mem || o->cache_experts >= 0 || o->profile || o->policy >= 0 || o->adapt_every;
+    if (o->emulate && o->cache_experts < 0 && !o->gpu_mem) {
+        fprintf(stderr, "tandem %s: --hybrid-emulate needs --cache-experts N or --gpu-mem SIZE\n", cmd);
+        return 2;
+    }
+    if (hyb && !o->emulate && o->device == TDM_DEVICE_CPU) {
+        fprintf(stderr, "tandem %s: the expert cache options need the GPU (--device cuda) or --hybrid-emulate\n",
+                cmd);
+        return 2;
+    }
     return 0;
+}
+
+static void executor_params(const cli_gen_opts *o, const cli_gen_ctx *c, tdm_executor_params *p)
+{
+    tdm_executor_params_init(p);
+    p->n_slots = o->cache_experts;
+    p->gpu_mem = o->gpu_mem;
+    p->n_ctx = o->ctx;
+    p->max_batch = TDM_FORWARD_BATCH_DEFAULT;
+    p->policy = o->policy;
+    p->profile = c->prof;
+    p->topo = c->topo;
+    p->n_threads = o->threads > 0 ? o->threads : 0;
+    p->adapt_every = o->adapt_every;
+}
+
+/* The GPU runs hybrid when an expert-cache option is given, or when the
+ * whole model would not fit the free VRAM (the ledger with the default budget). */
+static bool wants_hybrid(const cli_gen_opts *o, const cli_gen_ctx *c)
+{
+    if (o->gpu_mem || o->cache_experts >= 0 || o->profile || o->policy >= 0 || o->adapt_every)
+        return true;
+    tdm_gpu *g = NULL;
+    tdm_gpu_info info;
+    tdm_error e = {0};
+    tdm_budget b;
+    bool hyb = false;
+    if (!tdm_gpu_create(0, &g, &e) && !tdm_gpu_query(g, &info, &e)) {
+        const uint64_t budget = info.mem_free > ((uint64_t)768 << 20) ? info.mem_free - ((uint64_t)768 << 20) : 0;
+        hyb = tdm_budget_plan(c->model, o->ctx, TDM_FORWARD_BATCH_DEFAULT, budget, &b, &e) == TDM_OK &&
+              b.n_slots < b.in.max_slots;
+    }
+    tdm_gpu_free(g);
+    return hyb;
+}
+
+/* --hybrid-emulate: the executor on the CPU forward, the forward's own
+ * OpenMP team reduced to the one core the pool leaves free. */
+static tdm_status open_emulation(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error *err)
+{
+    tdm_executor_params p;
+    executor_params(o, c, &p);
+    tdm_status st = tdm_session_new_device(c->model, o->ctx, TDM_DEVICE_CPU, &c->sess, err);
+    if (!st)
+        st = tdm_executor_new(c->model, &p, &c->emu, err);
+    if (st)
+        return st;
+    tdm_executor_attach(c->emu, tdm_session_forward(c->sess));
+    omp_set_num_threads(1);
+    tdm_executor_stats es;
+    tdm_executor_get_stats(c->emu, &es);
+    if (es.pool_threads < tdm_topology_physical_cores(c->topo))
+        tdm_topology_bind_thread(c->topo, es.pool_threads, NULL);
+    c->ex = c->emu;
+    return TDM_OK;
+}
+
+static tdm_status open_session(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error *err)
+{
+    tdm_device dev = o->device == TDM_DEVICE_AUTO ? (tdm_gpu_available() ? TDM_DEVICE_CUDA : TDM_DEVICE_CPU)
+                                                  : o->device;
+    if (!o->emulate && dev != TDM_DEVICE_CUDA &&
+        (o->gpu_mem || o->cache_experts >= 0 || o->profile || o->policy >= 0 || o->adapt_every))
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED,
+                             "the expert cache options need a GPU (none is visible): use --hybrid-emulate");
+    const bool hybrid = o->emulate || (dev == TDM_DEVICE_CUDA && wants_hybrid(o, c));
+    if (!hybrid)
+        return tdm_session_new_device(c->model, o->ctx, dev, &c->sess, err);
+    tdm_status st = tdm_topology_load(&c->topo, err);
+    if (!st && o->profile) {
+        tdm_model_id id;
+        st = tdm_profile_model_id(tdm_model_gguf(c->model), &id, err);
+        if (!st)
+            st = tdm_profile_read(o->profile, &id, &c->prof, err);
+    }
+    if (st)
+        return st;
+    if (o->emulate)
+        return open_emulation(o, c, err);
+    tdm_executor_params p;
+    executor_params(o, c, &p);
+    st = tdm_session_new_hybrid(c->model, o->ctx, &p, &c->sess, err);
+    if (st)
+        return st;
+    c->ex = tdm_session_executor(c->sess);
+    const tdm_budget *b = tdm_session_budget(c->sess);
+    if (b) {
+        char line[512];
+        tdm_budget_format(b, line, sizeof line);
+        fprintf(stderr, "%s\n", line);
+    }
+    return TDM_OK;
+}
+
+void cli_gen_print_stats(const cli_gen_ctx *c, const cli_gen_opts *o)
+{
+    if (!o->stats || !c->ex)
+        return;
+    char line[768];
+    tdm_executor_format_stats(c->ex, line, sizeof line);
+    fprintf(stderr, "%s\n", line);
 }
 
 bool cli_gen_open(cli_gen_ctx *c, const cli_gen_opts *o, bool with_text)
@@ -99,7 +227,7 @@ bool cli_gen_open(cli_gen_ctx *c, const cli_gen_opts *o, bool with_text)
     if (!st && with_text)
         st = tdm_sampler_new(tdm_model_hparams(c->model)->n_vocab, &o->sp, &c->smp, &err);
     if (!st)
-        st = tdm_session_new_device(c->model, o->ctx, o->device, &c->sess, &err);
+        st = open_session(o, c, &err);
     if (!st && with_text) {
         c->piece_cap = tdm_detok_cap(c->tok) + TDM_DETOK_FLUSH_MAX + 1;
         c->piece = malloc(c->piece_cap);
@@ -116,7 +244,10 @@ bool cli_gen_open(cli_gen_ctx *c, const cli_gen_opts *o, bool with_text)
 
 void cli_gen_close(cli_gen_ctx *c)
 {
+    tdm_executor_free(c->emu); /* before the session whose forward it is attached to */
     tdm_session_free(c->sess);
+    tdm_profile_free(c->prof);
+    tdm_topology_free(c->topo);
     tdm_sampler_free(c->smp);
     tdm_chat_template_free(c->tmpl);
     tdm_tokenizer_free(c->tok);

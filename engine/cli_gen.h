@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "chat.h"
+#include "executor.h"
 #include "model.h"
 #include "sampler.h"
 #include "session.h"
@@ -26,7 +27,31 @@ typedef struct cli_gen_opts {
     int threads;            /* --threads; 0 = OpenMP default */
     int32_t ctx;            /* --ctx */
     tdm_device device;      /* --device auto|cpu|cuda (auto: cuda when a GPU is visible) */
+    /* the hybrid executor: on the GPU when any of these is given or the model
+     * does not fit the free VRAM; --hybrid-emulate runs its GPU side on the host */
+    uint64_t gpu_mem;       /* --gpu-mem SIZE; 0: free VRAM minus a reserve */
+    int32_t cache_experts;  /* --cache-experts N; -1: from the budget */
+    const char *profile;    /* --profile P.json: hottest-first fill */
+    int policy;             /* --policy NAME (tdm_cache_policy); -1: static with a profile, layer without */
+    int32_t adapt_every;    /* --adapt-every N; 0: the policy default */
+    bool stats;             /* --stats: the executor's line on stderr at the end */
+    bool emulate;           /* --hybrid-emulate */
 } cli_gen_opts;
+
+/* Usage lines of the options above shared by every generation command
+ * (a literal, so help strings can be concatenated with it). */
+#define CLI_GEN_HYBRID_HELP \
+    "  --gpu-mem SIZE    VRAM budget (e.g. 12G; default: free VRAM minus 768 MiB): with --device cuda the\n" \
+    "                    routed experts that do not fit are computed by the CPU pool (hybrid executor);\n" \
+    "                    a model that does not fit the free VRAM runs hybrid without it\n" \
+    "  --cache-experts N expert slots in VRAM instead of what the budget leaves\n" \
+    "  --profile P.json  fill the cache hottest-first from an expert-usage profile (tandem profile)\n" \
+    "  --policy NAME     static|layer|adaptive|lru|lfu (default: static with a profile, layer without)\n" \
+    "  --adapt-every N   adaptive: re-plan every N tokens\n" \
+    "  --threads N       also the CPU pool's threads (default: physical cores - 1)\n" \
+    "  --stats           print the executor's line (hit rate, GPU/pool/wait ms, pool GB/s) at the end\n" \
+    "  --hybrid-emulate  the same schedule with the GPU side emulated on the host (CPU only)\n"
+
 
 /* Parses the options above (any order). Returns 0, or 2 after printing a
  * usage error naming the option. */
@@ -41,7 +66,14 @@ typedef struct cli_gen_ctx {
     char *piece;            /* detokeniser output, tdm_detok_cap bytes */
     size_t piece_cap;
     unsigned detok_flags;   /* TDM_DECODE_SPECIAL to show <think> etc. (chat) */
+    tdm_topology *topo;     /* hybrid: pool pinning */
+    tdm_profile *prof;      /* --profile */
+    tdm_executor *emu;      /* --hybrid-emulate: the executor on the CPU forward */
+    tdm_executor *ex;       /* whichever executor runs (emulated or the session's GPU one), or NULL */
 } cli_gen_ctx;
+
+/* The executor's statistics line to stderr when --stats (and one runs). */
+void cli_gen_print_stats(const cli_gen_ctx *c, const cli_gen_opts *o);
 
 /* Loads the model (and with_text: tokenizer, chat template, sampler), sets
  * the thread count, creates a session of o->ctx tokens. Prints the error and

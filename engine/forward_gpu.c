@@ -368,6 +368,9 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     const tdm_hparams *hp = f->hp;
     const size_t slot = tdm_expert_cache_slot_bytes_for(f->m);
     const uint64_t budget = f->budget.budget;
+    const size_t cells = (size_t)hp->n_layer * (size_t)hp->n_expert;
+    TRY(dalloc(f, cells * sizeof(int32_t), &f->slot_of, err));
+    TRY(dalloc(f, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), &f->hstate, err));
     if (f->bytes > budget)
         return tdm_error_set(err, TDM_ERR_OOM,
                              "forward_gpu: the non-expert part takes %.2f GiB, over the %.2f GiB budget (the ledger "
@@ -386,9 +389,7 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     p.dev = f->sdev;
     TRY(tdm_executor_new(f->m, &p, &f->ex, err));
     tdm_expert_cache *c = tdm_executor_cache(f->ex);
-    const size_t cells = (size_t)hp->n_layer * (size_t)hp->n_expert;
-    TRY(dalloc(f, cells * sizeof(int32_t), &f->slot_of, err));
-    TRY(dalloc(f, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), &f->hstate, err));
+    f->bytes += (size_t)tdm_expert_cache_n_slots(c) * tdm_expert_cache_slot_bytes(c); /* the arena */
     TRY(tdm_gpu_upload(f->g, f->slot_of, tdm_expert_cache_residency(c), cells * sizeof(int32_t), err));
     TRY(tdm_gpu_memset(f->g, f->hstate, 0, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), err));
     f->res_version = tdm_expert_cache_version(c);

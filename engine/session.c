@@ -66,7 +66,8 @@ tdm_status tdm_session_new(tdm_model *m, int32_t n_ctx, tdm_session **out, tdm_e
     return tdm_session_new_device(m, n_ctx, TDM_DEVICE_CPU, out, err);
 }
 
-tdm_status tdm_session_new_device(tdm_model *m, int32_t n_ctx, tdm_device dev, tdm_session **out, tdm_error *err)
+static tdm_status create(tdm_model *m, int32_t n_ctx, tdm_device dev, const tdm_executor_params *xp,
+                         tdm_session **out, tdm_error *err)
 {
     *out = NULL;
     if (!m || n_ctx <= 0)
@@ -80,9 +81,9 @@ tdm_status tdm_session_new_device(tdm_model *m, int32_t n_ctx, tdm_device dev, t
     s->ckpt_pos[0] = s->ckpt_pos[1] = -1;
     if (dev == TDM_DEVICE_AUTO)
         dev = tdm_gpu_available() ? TDM_DEVICE_CUDA : TDM_DEVICE_CPU;
-    tdm_status st = dev == TDM_DEVICE_CUDA
-                        ? tdm_forward_gpu_new(m, 0, n_ctx, TDM_FORWARD_BATCH_DEFAULT, &s->fg, err)
-                        : tdm_forward_new(m, n_ctx, TDM_FORWARD_BATCH_DEFAULT, &s->f, err);
+    tdm_status st = xp ? tdm_forward_gpu_new_hybrid(m, 0, n_ctx, TDM_FORWARD_BATCH_DEFAULT, xp, &s->fg, err)
+                    : dev == TDM_DEVICE_CUDA ? tdm_forward_gpu_new(m, 0, n_ctx, TDM_FORWARD_BATCH_DEFAULT, &s->fg, err)
+                                             : tdm_forward_new(m, n_ctx, TDM_FORWARD_BATCH_DEFAULT, &s->f, err);
     if (st) {
         free(s);
         return st;
@@ -99,6 +100,24 @@ tdm_status tdm_session_new_device(tdm_model *m, int32_t n_ctx, tdm_device dev, t
     *out = s;
     return TDM_OK;
 }
+
+tdm_status tdm_session_new_device(tdm_model *m, int32_t n_ctx, tdm_device dev, tdm_session **out, tdm_error *err)
+{
+    return create(m, n_ctx, dev, NULL, out, err);
+}
+
+tdm_status tdm_session_new_hybrid(tdm_model *m, int32_t n_ctx, const tdm_executor_params *xp, tdm_session **out,
+                                  tdm_error *err)
+{
+    if (!xp) {
+        *out = NULL;
+        return tdm_error_set(err, TDM_ERR_INVALID, "session: hybrid mode without executor parameters");
+    }
+    return create(m, n_ctx, TDM_DEVICE_CUDA, xp, out, err);
+}
+
+tdm_executor *tdm_session_executor(tdm_session *s) { return s->fg ? tdm_forward_gpu_executor(s->fg) : NULL; }
+const tdm_budget *tdm_session_budget(const tdm_session *s) { return s->fg ? tdm_forward_gpu_budget(s->fg) : NULL; }
 
 void tdm_session_free(tdm_session *s)
 {

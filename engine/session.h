@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "executor.h"
+#include "expert_cache.h"
 #include "model.h"
 #include "status.h"
 
@@ -41,6 +43,15 @@ tdm_status tdm_session_new(tdm_model *m, int32_t n_ctx, tdm_session **out, tdm_e
 /* The same on the chosen device (AUTO resolved at creation; CUDA uploads the
  * whole model: TDM_ERR_UNSUPPORTED without CUDA, TDM_ERR_CUDA when it does not fit). */
 tdm_status tdm_session_new_device(tdm_model *m, int32_t n_ctx, tdm_device dev, tdm_session **out, tdm_error *err);
+/* On the GPU with the routed experts through the hybrid executor: VRAM
+ * expert cache + CPU pool (forward_gpu.h tdm_forward_gpu_new_hybrid; xp's
+ * profile and topology must outlive the session). */
+tdm_status tdm_session_new_hybrid(tdm_model *m, int32_t n_ctx, const tdm_executor_params *xp, tdm_session **out,
+                                  tdm_error *err);
+/* The hybrid executor (statistics, cache) or NULL. */
+tdm_executor *tdm_session_executor(tdm_session *s);
+/* The VRAM budget plan of a hybrid session, or NULL. */
+const tdm_budget *tdm_session_budget(const tdm_session *s);
 /* CPU or CUDA: the device the session runs on. */
 tdm_device tdm_session_device(const tdm_session *s);
 void tdm_session_free(tdm_session *s);

@@ -1,0 +1,336 @@
+/* test_hybrid_gpu: the hybrid executor on a real GPU (forward_gpu.h
+ * tdm_forward_gpu_new_hybrid) against the all-resident GPU forward.
+ *
+ * Every case runs the same token sequence through both paths: a prompt batch
+ * (logits of every position) and then teacher-forced decode steps (one token
+ * each, through the CUDA graph), and compares all rows.
+ *  - cache at 100% of the experts: the same kernels read the same bytes, so
+ *    the logits must agree to float rounding (rel L2 <= 1e-5), and no layer
+ *    may publish a job (no host round trip when everything hits);
+ *  - cache at 0% and ~50%: the misses are computed by the CPU pool. With f32
+ *    weights (micro fixtures) the CPU computes in float32 too: rel L2 <= 1e-4.
+ *    With quantised weights the CPU rounds activations to 8 bit for its dot
+ *    products (as llama.cpp does) where the GPU keeps float32, so the hybrid
+ *    may differ from the resident path by at most what the CPU forward
+ *    differs: KL(resident || hybrid) <= 1.1 KL(resident || CPU forward) +
+ *    1e-6, top-1 agreement >= the CPU forward's - 0.02;
+ *  - counters: hits + misses = tokens x MoE layers x k, hit rate 0 with no
+ *    slots, pool jobs = layer calls with a miss;
+ *  - adaptive policy on the demo model: slot copies run on the copy stream
+ *    during decode (swaps > 0) without changing the bounds;
+ *  - pool of 1 thread and of every core; a budget below the fixed part is
+ *    refused with TDM_ERR_OOM; a budget that leaves 0 slots runs.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "../unit/model_fixtures.h"
+#include "forward.h"
+#include "forward_gpu.h"
+#include "gpu.h"
+#include "model.h"
+#include "topology.h"
+
+#define NEED_GPU()                                                        \
+    do {                                                                  \
+        if (!tdm_gpu_available())                                         \
+            fail_msg("no CUDA device visible (make test-gpu needs one)"); \
+    } while (0)
+
+enum { FULL = -2, HALF = -3 }; /* slot counts resolved per model */
+
+typedef struct hyb_case {
+    int32_t slots;  /* 0, HALF or FULL */
+    int threads;    /* pool threads; 0: the default */
+    int policy;     /* -1: layer order */
+    int32_t adapt_every;
+} hyb_case;
+
+static int32_t moe_layers(const tdm_model *m)
+{
+    int32_t n = 0;
+    for (int32_t il = 0; il < tdm_model_hparams(m)->n_layer; il++)
+        n += tdm_model_layer(m, il)->ffn == TDM_FFN_MOE;
+    return n;
+}
+
+/* Prompt tok[0..np) as one batch, then tok[np..n) one decode step each;
+ * rows [n][V] receive the logits of every position. */
+static void run_path(tdm_forward_gpu *f, const int32_t *tok, int np, int n, float *rows, int V)
+{
+    tdm_error err = {0};
+    tdm_status st = tdm_forward_gpu_eval(f, tok, np, 0, rows, true, &err);
+    for (int i = np; !st && i < n; i++)
+        st = tdm_forward_gpu_eval(f, tok + i, 1, i, rows + (size_t)i * V, false, &err);
+    if (st)
+        fprintf(stderr, "eval: %s\n", err.msg);
+    assert_int_equal(st, TDM_OK);
+}
+
+static tdm_forward_gpu *open_hybrid(const tdm_model *m, int n_ctx, const hyb_case *hc, const tdm_topology *topo)
+{
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    const int32_t all = moe_layers(m) * hp->n_expert;
+    tdm_executor_params xp;
+    tdm_executor_params_init(&xp);
+    xp.n_slots = hc->slots == FULL ? all : hc->slots == HALF ? all / 2 : hc->slots;
+    xp.n_threads = hc->threads;
+    xp.policy = hc->policy;
+    xp.adapt_every = hc->adapt_every;
+    xp.topo = topo;
+    tdm_forward_gpu *f = NULL;
+    tdm_error err = {0};
+    tdm_status st = tdm_forward_gpu_new_hybrid(m, 0, n_ctx, 512, &xp, &f, &err);
+    if (st)
+        fprintf(stderr, "forward_gpu_new_hybrid: %s\n", err.msg);
+    assert_int_equal(st, TDM_OK);
+    return f;
+}
+
+/* The resident path's logits and the CPU forward's (the scale of the
+ * quantised bound) for one token sequence. */
+typedef struct baseline {
+    float *gpu, *cpu; /* [n][V] */
+} baseline;
+
+static baseline make_baseline(const tdm_model *m, const int32_t *tok, int np, int n, int V)
+{
+    baseline b = {malloc((size_t)n * V * sizeof(float)), malloc((size_t)n * V * sizeof(float))};
+    assert_non_null(b.gpu);
+    assert_non_null(b.cpu);
+    tdm_error err = {0};
+    tdm_forward_gpu *f = NULL;
+    assert_int_equal(tdm_forward_gpu_new(m, 0, n + 1, 512, &f, &err), TDM_OK);
+    run_path(f, tok, np, n, b.gpu, V);
+    tdm_forward_gpu_free(f);
+    tdm_forward *fc = NULL;
+    assert_int_equal(tdm_forward_new(m, n + 1, 512, &fc, &err), TDM_OK);
+    assert_int_equal(tdm_forward_eval(fc, tok, n, 0, b.cpu, true, &err), TDM_OK);
+    tdm_forward_free(fc);
+    return b;
+}
+
+/* Runs one case and checks it against the baseline (see the file comment). */
+static void check_case(const char *name, const tdm_model *m, const int32_t *tok, int np, int n, const baseline *b,
+                       const hyb_case *hc, bool f32_weights, const tdm_topology *topo)
+{
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    const int V = hp->n_vocab;
+    float *h = malloc((size_t)n * V * sizeof(float));
+    assert_non_null(h);
+    tdm_forward_gpu *f = open_hybrid(m, n + 1, hc, topo);
+    run_path(f, tok, np, n, h, V);
+    tdm_executor_stats s;
+    tdm_executor_get_stats(tdm_forward_gpu_executor(f), &s);
+    const double rel = fx_rel_l2(h, b->gpu, (size_t)n * V), kl = fx_mean_kl(b->gpu, h, n, V);
+    const double kl_cpu = fx_mean_kl(b->gpu, b->cpu, n, V);
+    const double top1 = fx_top1(h, b->gpu, n, V), top1_cpu = fx_top1(b->cpu, b->gpu, n, V);
+    const int64_t sel = s.hits + s.misses;
+    printf("  %-10s %5d slots, pool %2d threads: rel L2 %.2e KL %.2e (cpu forward %.2e) top-1 %.4f (cpu %.4f) | "
+           "hit %.1f%% jobs %lld/%lld swaps %lld | gpu %.3f wait %.3f pool %.3f ms/token\n",
+           name, s.n_slots, s.pool_threads, rel, kl, kl_cpu, top1, top1_cpu,
+           sel ? 100.0 * (double)s.hits / (double)sel : 0.0, (long long)s.pool_wakes, (long long)s.layers,
+           (long long)s.swaps, s.dev_ms / (double)s.tokens, s.wait_ms / (double)s.tokens,
+           s.pool_ms / (double)s.tokens);
+    /* counters */
+    assert_int_equal(s.tokens, n);
+    assert_int_equal(sel, (int64_t)n * moe_layers(m) * hp->n_expert_used);
+    if (s.n_slots == 0)
+        assert_int_equal(s.hits, 0);
+    if (s.misses == 0)
+        assert_int_equal(s.pool_wakes, 0);
+    else
+        assert_true(s.pool_wakes >= 1 && s.pool_wakes <= s.layers);
+    if (s.n_slots == 0)
+        assert_int_equal(s.pool_wakes, s.layers);
+    /* numbers */
+    for (size_t i = 0; i < (size_t)n * V; i++)
+        assert_true(isfinite(h[i]));
+    if (s.misses == 0)
+        assert_true(rel <= 1e-5);
+    else if (f32_weights)
+        assert_true(rel <= 1e-4);
+    else {
+        assert_true(kl <= 1.1 * kl_cpu + 1e-6);
+        assert_true(top1 >= top1_cpu - 0.02);
+    }
+    if (hc->policy == TDM_CACHE_ADAPTIVE)
+        assert_true(s.swaps > 0);
+    tdm_forward_gpu_free(f);
+    free(h);
+}
+
+static void free_baseline(baseline *b) { free(b->gpu), free(b->cpu); }
+
+/* ---- micro f32 models ---- */
+
+static void micro(const char *name)
+{
+    fx_micro mc;
+    fx_micro_open(&mc, name);
+    const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc.ref, "prompts"), "long");
+    int32_t tok[512];
+    const int n = fx_ints(cJSON_GetObjectItem(p, "tokens"), tok, 512), np = n - 6;
+    assert_true(np > 1);
+    baseline b = make_baseline(mc.m, tok, np, n, mc.hp->n_vocab);
+    const hyb_case cases[] = {{FULL, 1, -1, 0}, {0, 1, -1, 0}, {HALF, 1, -1, 0}, {HALF, 2, TDM_CACHE_LRU, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_case(name, mc.m, tok, np, n, &b, &cases[i], true, NULL);
+    free_baseline(&b);
+    fx_micro_close(&mc);
+}
+
+static void test_micro_qwen3moe(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    micro("micro-qwen3moe");
+}
+
+static void test_micro_qwen35moe(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    micro("micro-qwen35moe");
+}
+
+static void test_micro_qwen3next(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    micro("micro-qwen3next");
+}
+
+/* ---- quantised: small-qwen35moe Q4_K_M and the demo model ---- */
+
+static tdm_model *load(const char *path)
+{
+    tdm_model *m = NULL;
+    tdm_error err = {0};
+    tdm_status st = tdm_model_load(path, &m, &err);
+    if (st)
+        fprintf(stderr, "load %s: %s\n", path, err.msg);
+    assert_int_equal(st, TDM_OK);
+    return m;
+}
+
+static void test_small_q4km(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char dir[1024], path[1400];
+    fx_dir(dir, sizeof dir, "small-qwen35moe", 0);
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    cJSON *ref = fx_json(path);
+    assert_non_null(ref);
+    snprintf(path, sizeof path, "%s/small-qwen35moe-Q4_K_M.gguf", dir);
+    tdm_model *m = load(path);
+    const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "prompts"), "long");
+    int32_t tok[512];
+    const int n = fx_ints(cJSON_GetObjectItem(p, "tokens"), tok, 512), np = n - 8;
+    baseline b = make_baseline(m, tok, np, n, tdm_model_hparams(m)->n_vocab);
+    const hyb_case cases[] = {{FULL, 2, -1, 0}, {0, 2, -1, 0}, {HALF, 2, -1, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_case("small", m, tok, np, n, &b, &cases[i], false, NULL);
+    free_baseline(&b);
+    tdm_model_free(m);
+    cJSON_Delete(ref);
+}
+
+/* Each peer-greedy prompt with llama.cpp's greedy tokens appended, prompt as
+ * a batch, continuation as decode steps: layer order at 0/50/100%, the
+ * adaptive policy re-planning every 4 tokens, a pool of every core. */
+static void test_demo(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char path[1200];
+    snprintf(path, sizeof path, "%s/models/demo/peer-greedy.json", fx_root());
+    cJSON *pg = fx_json(path);
+    assert_non_null(pg);
+    snprintf(path, sizeof path, "%s/models/demo/demo-Q4_K_M.gguf", fx_root());
+    tdm_model *m = load(path);
+    tdm_topology *topo = NULL;
+    tdm_error err = {0};
+    assert_int_equal(tdm_topology_load(&topo, &err), TDM_OK);
+    const int cores = tdm_topology_physical_cores(topo);
+    const hyb_case cases[] = {{FULL, 0, -1, 0},
+                              {0, 0, -1, 0},
+                              {HALF, 0, -1, 0},
+                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4},
+                              {HALF, cores, -1, 0}};
+    int done = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(pg, "cases"))
+    {
+        if (done == 2) /* two prompts keep the test short; each runs every case */
+            break;
+        int32_t tok[1024];
+        const int np = fx_ints(cJSON_GetObjectItem(c, "prompt_tokens"), tok, 512);
+        const int ng = fx_ints(cJSON_GetObjectItem(c, "greedy_tokens"), tok + np, 512);
+        const int n = np + ng - 1;
+        baseline b = make_baseline(m, tok, np, n, tdm_model_hparams(m)->n_vocab);
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+            check_case("demo", m, tok, np, n, &b, &cases[i], false, topo);
+        free_baseline(&b);
+        done++;
+    }
+    assert_int_equal(done, 2);
+    tdm_topology_free(topo);
+    tdm_model_free(m);
+    cJSON_Delete(pg);
+}
+
+/* A budget below the non-expert part is refused before anything runs; one
+ * just above it leaves few or no slots and still runs. */
+static void test_budget(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char path[1200];
+    snprintf(path, sizeof path, "%s/models/demo/demo-Q4_K_M.gguf", fx_root());
+    tdm_model *m = load(path);
+    tdm_executor_params xp;
+    tdm_executor_params_init(&xp);
+    xp.gpu_mem = 1 << 20;
+    xp.n_threads = 1;
+    tdm_forward_gpu *f = NULL;
+    tdm_error err = {0};
+    assert_int_equal(tdm_forward_gpu_new_hybrid(m, 0, 256, 64, &xp, &f, &err), TDM_ERR_OOM);
+    printf("  1 MiB: %s\n", err.msg);
+    assert_null(f);
+    tdm_budget b;
+    assert_int_equal(tdm_budget_plan(m, 256, 64, (uint64_t)64 << 30, &b, &err), TDM_OK);
+    xp.gpu_mem = b.fixed_bytes + (b.fixed_bytes >> 2); /* the fixed part + 25%: real allocations decide the slots */
+    tdm_status st = tdm_forward_gpu_new_hybrid(m, 0, 256, 64, &xp, &f, &err);
+    if (st)
+        printf("  fixed + 25%%: %s\n", err.msg);
+    assert_int_equal(st, TDM_OK);
+    tdm_executor_stats s;
+    tdm_executor_get_stats(tdm_forward_gpu_executor(f), &s);
+    printf("  budget %.1f MiB (fixed %.1f MiB): %d slots of %.2f MiB, %.1f MiB on the device\n",
+           (double)xp.gpu_mem / 1048576.0, (double)b.fixed_bytes / 1048576.0, s.n_slots,
+           (double)s.slot_bytes / 1048576.0, (double)tdm_forward_gpu_bytes(f) / 1048576.0);
+    assert_true(tdm_forward_gpu_bytes(f) <= xp.gpu_mem);
+    const int32_t tok[4] = {1, 2, 3, 4};
+    float *lg = malloc((size_t)tdm_model_hparams(m)->n_vocab * sizeof(float));
+    assert_int_equal(tdm_forward_gpu_eval(f, tok, 4, 0, lg, false, &err), TDM_OK);
+    assert_int_equal(tdm_forward_gpu_eval(f, tok, 1, 4, lg, false, &err), TDM_OK);
+    free(lg);
+    tdm_forward_gpu_free(f);
+    tdm_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_micro_qwen3moe), cmocka_unit_test(test_micro_qwen35moe),
+        cmocka_unit_test(test_micro_qwen3next), cmocka_unit_test(test_small_q4km),
+        cmocka_unit_test(test_demo),           cmocka_unit_test(test_budget),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
