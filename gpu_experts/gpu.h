@@ -95,6 +95,8 @@ typedef struct tdm_gpu_tuning {
     int matvec_rows; /* rows per warp for 3-8 tokens: 1 or 2 */
     int moe_split;  /* fused MoE: warps sharing one row (gate_up) / one row's
                        experts (down): 1 or 4 */
+    int deltanet_chunk_min; /* DeltaNet: batches of at least this many tokens run
+                               the chunked form (1 = always; 16 built in) */
 } tdm_gpu_tuning;
 tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, tdm_error *err);
 
@@ -203,8 +205,12 @@ typedef struct tdm_gpu_deltanet_shape {
     float eps;                  /* L2-norm epsilon (1e-6) */
 } tdm_gpu_deltanet_shape;
 
-/* Gated DeltaNet recurrence over ntok tokens (decode: ntok = 1; prefill: the
- * exact token-sequential form, parallel over value heads and value columns).
+/* Gated DeltaNet recurrence over ntok tokens. Two forms, equal up to float32
+ * rounding: below tdm_gpu_tuning.deltanet_chunk_min tokens (16 built in;
+ * decode, short batches) the exact token-sequential recurrence, parallel over
+ * value heads and value columns; from there the chunked form (chunks of 64
+ * tokens, models.md §3.6.6) for d_k <= 128 on devices granting its ~92 KB of
+ * shared memory per block (sm_80+; d_k <= 32 on sm_75), else sequential.
  * qkv: [ntok][2*H_k*d_k + H_v*d_v], the conv output (q | k | v, head-major);
  * beta, alpha: [ntok][H_v] raw projections; ssm_a: [H_v] (= -exp(A_log));
  * dt_bias: [H_v]; state: [H_v][d_k][d_v], updated in place; o: [ntok][H_v][d_v].

@@ -5,8 +5,8 @@
  * columns). Within a warp, 4 consecutive lanes share one column and split the
  * d_k state rows between them (rows ks, ks+4, ...), so each thread keeps
  * d_k/4 state values in registers for the whole sequence; the two sums over
- * the key index (S^T k, S^T q) are 2 shuffles. Prefill runs the exact
- * token-sequential recurrence (no chunking), parallel over heads x columns. */
+ * the key index (S^T k, S^T q) are 2 shuffles. Decode and short batches run
+ * this exact token-sequential recurrence; longer prompts the chunked form. */
 #ifndef TDM_GPU_DELTANET_CUH
 #define TDM_GPU_DELTANET_CUH
 
@@ -17,5 +17,21 @@
 #define DN_COLS (DN_WARPS * 32 / DN_KSPLIT) /* value columns per block: 32 */
 #define DN_MAX_DK 256
 #define CONV_MAX_K 8
+
+/* Chunked form (prefill, models.md §3.6.6): one block per (value head, tile
+ * of DNC_COLS value columns), sequential over chunks of DNC_T tokens; every
+ * intra-chunk quantity (the C x C matrices, the triangular solve) is computed
+ * from shared memory, the block's d_k x DNC_COLS state slice stays in
+ * registers (and a shared copy) for the whole prompt. The C x C work is
+ * repeated by the d_v / DNC_COLS blocks of a head: that keeps the grid at
+ * H_v x 4 blocks for d_v 128 (one wave on a large GPU) with no scratch. */
+#define DNC_T 64
+#define DNC_COLS 32
+#define DNC_THREADS 256
+#define DNC_MAX_DK 128
+/* Below this many tokens the sequential form runs (tdm_gpu_tuning's
+ * deltanet_chunk_min overrides it): a chunk costs about as much as ~16
+ * sequential steps (estimate; bench/gpu_kernels measures both). */
+#define DNC_MIN_TOKENS_DEFAULT 16
 
 #endif

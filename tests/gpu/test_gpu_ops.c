@@ -1,6 +1,7 @@
 /* test_gpu_ops: norms, RoPE, q/gate split, KV store + attention (decode and
- * prefill, GQA, gated), DeltaNet conv + recurrence (decode steps and the
- * sequential prefill) and the router, each against a float64 host reference
+ * prefill, GQA, gated, positions from device memory), DeltaNet conv +
+ * recurrence (decode steps, the sequential and the chunked prefill) and the
+ * router, each against a float64 host reference
  * on fresh random data with NaN-poisoned outputs and odd sizes. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -339,63 +340,150 @@ static void ref_deltanet(const dn_case *c, double *S, double *o)
     free(q), free(k), free(m);
 }
 
+/* How the device runs a case: one token per launch (decode), one launch in
+ * the built-in form, or both forced forms (sequential, chunked) compared with
+ * the reference and with each other. */
+typedef enum { DN_STEPS, DN_BATCH, DN_FORMS } dn_mode;
+
+/* One device run from the case's initial state; chunk_min 0 = built in. */
+static void dn_device(const dn_case *c, bool stepwise, int chunk_min, float **out, float **state)
+{
+    int64_t nk = c->sh.n_k_head, nv = c->sh.n_v_head, ntok = c->ntok;
+    int64_t width = 2 * nk * c->sh.d_k + nv * c->sh.d_v, ssz = nv * c->sh.d_k * c->sh.d_v;
+    tdm_gpu_tuning tune = {.deltanet_chunk_min = chunk_min};
+    GPU_OK(tdm_gpu_set_tuning(g_gpu, &tune, ERR));
+    float *dqkv = dev_upload(c->qkv, sizeof(float) * ntok * width);
+    float *db = dev_upload(c->beta, sizeof(float) * ntok * nv), *da = dev_upload(c->alpha, sizeof(float) * ntok * nv);
+    float *dA = dev_upload(c->ssm_a, sizeof(float) * nv), *ddt = dev_upload(c->dt, sizeof(float) * nv);
+    float *dS = dev_upload(c->s0, sizeof(float) * ssz), *dout = dev_poisoned(ntok * nv * c->sh.d_v);
+    if (stepwise) /* decode: one token per launch, state carried on the device */
+        for (int64_t t = 0; t < ntok; t++)
+            GPU_OK(tdm_gpu_deltanet(g_gpu, &c->sh, dqkv + t * width, db + t * nv, da + t * nv, dA,
+                                    ddt, dS, dout + t * nv * c->sh.d_v, 1, ERR));
+    else
+        GPU_OK(tdm_gpu_deltanet(g_gpu, &c->sh, dqkv, db, da, dA, ddt, dS, dout, ntok, ERR));
+    *out = dev_download_f32(dout, ntok * nv * c->sh.d_v);
+    *state = dev_download_f32(dS, ssz);
+    tune.deltanet_chunk_min = 0;
+    GPU_OK(tdm_gpu_set_tuning(g_gpu, &tune, ERR));
+    dev_free(dqkv), dev_free(db), dev_free(da), dev_free(dA), dev_free(ddt), dev_free(dS), dev_free(dout);
+}
+
+static double rms(const double *x, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i] * x[i];
+    return sqrt(s / n);
+}
+
+/* Bound: float32 sums of d_k + 64 products per element, relative ~1e-5 of
+ * their absolute sum; cancellation makes it relative to the rms: rel 1e-4 +
+ * 1e-4 rms. */
+static void dn_check(const char *what, const float *go, const float *gS, const double *o,
+                     const double *S, int64_t n_out, int64_t ssz)
+{
+    char w2[160];
+    check_close(what, go, o, NULL, n_out, 1e-4, 1e-4 * rms(o, n_out));
+    snprintf(w2, sizeof w2, "  state (%s)", what);
+    check_close(w2, gS, S, NULL, ssz, 1e-4, 1e-4 * rms(S, ssz));
+}
+
+static double *to_f64(const float *x, int64_t n)
+{
+    double *d = dalloc(n);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = x[i];
+    return d;
+}
+
+/* alpha_shift moves softplus(alpha + dt): 0 gives fast-forgetting heads,
+ * -8 nearly no decay (the state carries across many chunks). */
 static void run_deltanet(int64_t nk, int64_t nv, int64_t dk, int64_t dv, tdm_gpu_head_map map,
-                         int64_t ntok, bool stepwise)
+                         int64_t ntok, dn_mode mode, float alpha_shift)
 {
     dn_case c = {{nk, nv, dk, dv, map, 1e-6f}, ntok, 0};
-    int64_t width = 2 * nk * dk + nv * dv, ssz = nv * dk * dv;
+    int64_t width = 2 * nk * dk + nv * dv, ssz = nv * dk * dv, n_out = ntok * nv * dv;
     c.qkv = frand(ntok * width, 1.0f);
     c.beta = frand(ntok * nv, 1.5f);
     c.alpha = frand(ntok * nv, 1.5f);
+    for (int64_t i = 0; i < ntok * nv; i++)
+        c.alpha[i] += alpha_shift;
     c.dt = frand(nv, 0.5f);
     c.ssm_a = malloc(sizeof(float) * nv);
     for (int64_t j = 0; j < nv; j++)
         c.ssm_a[j] = -expf(rng_sym());
     c.s0 = frand(ssz, 0.1f);
-    double *S = dalloc(ssz), *o = dalloc(ntok * nv * dv);
+    double *S = dalloc(ssz), *o = dalloc(n_out);
     for (int64_t i = 0; i < ssz; i++)
         S[i] = c.s0[i];
     ref_deltanet(&c, S, o);
-    float *dqkv = dev_upload(c.qkv, sizeof(float) * ntok * width);
-    float *db = dev_upload(c.beta, sizeof(float) * ntok * nv), *da = dev_upload(c.alpha, sizeof(float) * ntok * nv);
-    float *dA = dev_upload(c.ssm_a, sizeof(float) * nv), *ddt = dev_upload(c.dt, sizeof(float) * nv);
-    float *dS = dev_upload(c.s0, sizeof(float) * ssz), *dout = dev_poisoned(ntok * nv * dv);
-    if (stepwise) /* decode: one token per launch, state carried on the device */
-        for (int64_t t = 0; t < ntok; t++)
-            GPU_OK(tdm_gpu_deltanet(g_gpu, &c.sh, dqkv + t * width, db + t * nv, da + t * nv, dA,
-                                    ddt, dS, dout + t * nv * dv, 1, ERR));
-    else
-        GPU_OK(tdm_gpu_deltanet(g_gpu, &c.sh, dqkv, db, da, dA, ddt, dS, dout, ntok, ERR));
-    float *go = dev_download_f32(dout, ntok * nv * dv), *gS = dev_download_f32(dS, ssz);
-    double orms = 0, srms = 0;
-    for (int64_t i = 0; i < ntok * nv * dv; i++)
-        orms += o[i] * o[i];
-    for (int64_t i = 0; i < ssz; i++)
-        srms += S[i] * S[i];
-    orms = sqrt(orms / (ntok * nv * dv));
-    srms = sqrt(srms / ssz);
     char what[120];
-    snprintf(what, sizeof what, "deltanet %lldk/%lldv dk %lld dv %lld %s ntok %lld %s",
-             (long long)nk, (long long)nv, (long long)dk, (long long)dv,
-             map == TDM_GPU_HEADS_GROUPED ? "grouped" : "tiled", (long long)ntok,
-             stepwise ? "decode" : "prefill");
-    check_close(what, go, o, NULL, ntok * nv * dv, 1e-4, 1e-4 * orms);
-    check_close("  state", gS, S, NULL, ssz, 1e-4, 1e-4 * srms);
+    int n = snprintf(what, sizeof what, "deltanet %lldk/%lldv dk %lld dv %lld %s ntok %lld%s",
+                     (long long)nk, (long long)nv, (long long)dk, (long long)dv,
+                     map == TDM_GPU_HEADS_GROUPED ? "grouped" : "tiled", (long long)ntok,
+                     alpha_shift != 0.0f ? " slow" : "");
+    float *go, *gS;
+    if (mode != DN_FORMS) {
+        dn_device(&c, mode == DN_STEPS, 0, &go, &gS);
+        snprintf(what + n, sizeof what - n, " %s", mode == DN_STEPS ? "decode" : "prefill");
+        dn_check(what, go, gS, o, S, n_out, ssz);
+    } else {
+        float *co, *cS;
+        dn_device(&c, false, INT32_MAX, &go, &gS);
+        dn_device(&c, false, 1, &co, &cS);
+        snprintf(what + n, sizeof what - n, " sequential");
+        dn_check(what, go, gS, o, S, n_out, ssz);
+        snprintf(what + n, sizeof what - n, " chunked");
+        dn_check(what, co, cS, o, S, n_out, ssz);
+        double *so = to_f64(go, n_out), *sS = to_f64(gS, ssz);
+        snprintf(what + n, sizeof what - n, " chunked vs seq");
+        dn_check(what, co, cS, so, sS, n_out, ssz);
+        free(co), free(cS), free(so), free(sS);
+    }
     free(c.qkv), free(c.beta), free(c.alpha), free(c.dt), free(c.ssm_a), free(c.s0);
     free(S), free(o), free(go), free(gS);
-    dev_free(dqkv), dev_free(db), dev_free(da), dev_free(dA), dev_free(ddt), dev_free(dS), dev_free(dout);
 }
 
 static void test_deltanet(void **state)
 {
     (void)state;
-    run_deltanet(16, 32, 128, 128, TDM_GPU_HEADS_TILED, 1, true);    /* Qwen3.5 decode */
-    run_deltanet(16, 32, 128, 128, TDM_GPU_HEADS_GROUPED, 9, false); /* Qwen3-Next prefill */
-    run_deltanet(2, 6, 128, 100, TDM_GPU_HEADS_TILED, 5, true);      /* odd d_v */
-    run_deltanet(2, 6, 128, 100, TDM_GPU_HEADS_TILED, 5, false);
-    run_deltanet(2, 4, 16, 16, TDM_GPU_HEADS_GROUPED, 13, false);    /* micro models */
-    run_deltanet(1, 2, 256, 40, TDM_GPU_HEADS_GROUPED, 3, false);
-    run_deltanet(3, 3, 32, 64, TDM_GPU_HEADS_TILED, 4, true);
+    run_deltanet(16, 32, 128, 128, TDM_GPU_HEADS_TILED, 1, DN_STEPS, 0);    /* Qwen3.5 decode */
+    run_deltanet(16, 32, 128, 128, TDM_GPU_HEADS_GROUPED, 9, DN_BATCH, 0); /* Qwen3-Next prefill */
+    run_deltanet(2, 6, 128, 100, TDM_GPU_HEADS_TILED, 5, DN_STEPS, 0);      /* odd d_v */
+    run_deltanet(2, 6, 128, 100, TDM_GPU_HEADS_TILED, 5, DN_BATCH, 0);
+    run_deltanet(2, 4, 16, 16, TDM_GPU_HEADS_GROUPED, 13, DN_BATCH, 0);    /* micro models */
+    run_deltanet(1, 2, 256, 40, TDM_GPU_HEADS_GROUPED, 3, DN_BATCH, 0);
+    run_deltanet(3, 3, 32, 64, TDM_GPU_HEADS_TILED, 4, DN_STEPS, 0);
+    run_deltanet(1, 2, 256, 40, TDM_GPU_HEADS_TILED, 40, DN_BATCH, 0);     /* d_k 256: sequential */
+}
+
+/* The chunked form against the reference and the sequential form: partial
+ * and whole chunks (1, 63, 64, 65, 200 tokens), both head maps, d_k 16 and
+ * 128, d_v 100, a random initial state, fast and slow decay. */
+static void test_deltanet_chunked(void **state)
+{
+    (void)state;
+    static const int64_t ntoks[] = {1, 63, 64, 65, 200};
+    for (size_t i = 0; i < sizeof ntoks / sizeof ntoks[0]; i++) {
+        run_deltanet(2, 6, 128, 100, TDM_GPU_HEADS_TILED, ntoks[i], DN_FORMS, 0);
+        run_deltanet(2, 4, 16, 100, TDM_GPU_HEADS_GROUPED, ntoks[i], DN_FORMS, 0);
+    }
+    run_deltanet(2, 4, 128, 100, TDM_GPU_HEADS_GROUPED, 200, DN_FORMS, -8.0f);
+    run_deltanet(2, 6, 16, 16, TDM_GPU_HEADS_TILED, 130, DN_FORMS, -8.0f);
+    run_deltanet(3, 3, 32, 64, TDM_GPU_HEADS_TILED, 129, DN_FORMS, -3.0f);
+    run_deltanet(1, 2, 64, 40, TDM_GPU_HEADS_GROUPED, 100, DN_FORMS, 0);
+    run_deltanet(16, 32, 128, 128, TDM_GPU_HEADS_TILED, 512, DN_FORMS, -4.0f); /* Qwen3.5 prompt */
+    run_deltanet(16, 32, 128, 128, TDM_GPU_HEADS_GROUPED, 100, DN_BATCH, 0);   /* built-in: chunked */
+    tdm_error e = {0};
+    tdm_gpu_tuning bad = {.deltanet_chunk_min = -1};
+    GPU_OK(tdm_gpu_set_tuning(g_gpu, &bad, ERR));
+    const tdm_gpu_deltanet_shape sh = {2, 4, 16, 16, TDM_GPU_HEADS_TILED, 1e-6f};
+    float *p = (float *)16;
+    assert_int_equal(tdm_gpu_deltanet(g_gpu, &sh, p, p, p, p, p, p, p, 70, &e), TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+    bad.deltanet_chunk_min = 0;
+    GPU_OK(tdm_gpu_set_tuning(g_gpu, &bad, ERR));
 }
 
 /* ---------------- router ---------------- */
@@ -504,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
         cmocka_unit_test(test_qgate_split), cmocka_unit_test(test_attention),
         cmocka_unit_test(test_ssm_conv),  cmocka_unit_test(test_deltanet),
+        cmocka_unit_test(test_deltanet_chunked),
         cmocka_unit_test(test_router),    cmocka_unit_test(test_copy_stream),
     };
     return cmocka_run_group_tests(tests, gpu_setup, gpu_teardown);
