@@ -1,5 +1,6 @@
 /* gpu_kernels: decode matvec bandwidth per weight format at expert and
- * attention shapes, and one fused MoE layer, against the device-to-device
+ * attention shapes, one fused MoE layer and one DeltaNet layer in both forms
+ * (sequential, chunked), against the device-to-device
  * copy bandwidth measured in the same run. Weights are rotated over a pool of
  * several GiB of distinct random matrices, so L2 never holds them.
  * Prints a table; writes JSON (default bench/results/gpu_kernels.json).
@@ -99,6 +100,70 @@ static void moe_fn(void *c, int it)
     const float *w = m->w + (size_t)(it % m->n_sets) * m->k;
     CHECK(tdm_gpu_moe_gate_up(g, &m->L, m->x, ids, 1, m->k, m->h, &err));
     CHECK(tdm_gpu_moe_down(g, &m->L, m->h, ids, w, 1, m->k, NULL, m->y, true, &err));
+}
+
+typedef struct dn_ctx {
+    tdm_gpu_deltanet_shape sh;
+    const float *qkv, *beta, *alpha, *a, *dt;
+    float *state, *o;
+    int64_t ntok;
+} dn_ctx;
+static void dn_fn(void *c, int it)
+{
+    (void)it;
+    dn_ctx *d = c;
+    CHECK(tdm_gpu_deltanet(g, &d->sh, d->qkv, d->beta, d->alpha, d->a, d->dt, d->state, d->o, d->ntok, &err));
+}
+
+static float *dev_random(size_t n, float scale, float shift, uint64_t seed)
+{
+    float *h = malloc(n * sizeof(float)), *d;
+    for (size_t i = 0; i < n; i++) {
+        seed = tdm_qrand_mix(seed, i);
+        h[i] = shift + scale * (float)((double)(seed >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+    }
+    CHECK(tdm_gpu_alloc(g, n * sizeof(float), (void **)&d, &err));
+    CHECK(tdm_gpu_upload(g, d, h, n * sizeof(float), &err));
+    free(h);
+    return d;
+}
+
+/* Qwen3.5-35B-A3B DeltaNet layer (H_k 16, H_v 32, d_k = d_v = 128, tiled)
+ * in both forms over prompt lengths: where the chunked form starts to win
+ * sets DNC_MIN_TOKENS_DEFAULT (gpu_deltanet.cuh). */
+static cJSON *bench_deltanet(char *table, int *tl, size_t cap)
+{
+    static const int64_t ntoks[] = {1, 8, 16, 32, 64, 128, 512, 4096};
+    const int64_t Hk = 16, Hv = 32, D = 128, width = 2 * Hk * D + Hv * D, nmax = 4096;
+    dn_ctx d = {{Hk, Hv, D, D, TDM_GPU_HEADS_TILED, 1e-6f}};
+    d.qkv = dev_random((size_t)nmax * width, 1.0f, 0.0f, 1);
+    d.beta = dev_random((size_t)nmax * Hv, 2.0f, 0.0f, 2);
+    d.alpha = dev_random((size_t)nmax * Hv, 2.0f, -3.0f, 3);
+    d.a = dev_random((size_t)Hv, 0.5f, -1.0f, 4);
+    d.dt = dev_random((size_t)Hv, 0.5f, 0.0f, 5);
+    d.state = dev_random((size_t)Hv * D * D, 0.01f, 0.0f, 6);
+    CHECK(tdm_gpu_alloc(g, (size_t)nmax * Hv * D * sizeof(float), (void **)&d.o, &err));
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < sizeof ntoks / sizeof ntoks[0]; i++) {
+        float us[2];
+        d.ntok = ntoks[i];
+        for (int form = 0; form < 2; form++) {
+            tdm_gpu_tuning tu = {.deltanet_chunk_min = form ? 1 : INT32_MAX};
+            CHECK(tdm_gpu_set_tuning(g, &tu, &err));
+            us[form] = 1e3f * time_median(dn_fn, &d, ntoks[i] >= 512 ? 3 : 20, 5);
+        }
+        *tl += snprintf(table + *tl, cap - (size_t)*tl,
+                        "deltanet Qwen3.5 layer, %4lld tokens: sequential %9.1f us, chunked %9.1f us\n",
+                        (long long)ntoks[i], us[0], us[1]);
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddNumberToObject(r, "ntok", (double)ntoks[i]);
+        cJSON_AddNumberToObject(r, "sequential_us", us[0]);
+        cJSON_AddNumberToObject(r, "chunked_us", us[1]);
+        cJSON_AddItemToArray(arr, r);
+    }
+    tdm_gpu_tuning tu0 = {0};
+    CHECK(tdm_gpu_set_tuning(g, &tu0, &err));
+    return arr;
 }
 
 static const struct { const char *name; int64_t rows, k; } k_shapes[] = {
@@ -273,6 +338,7 @@ int main(int argc, char **argv)
         CHECK(tdm_gpu_set_tuning(g, &tu0, &err));
         free(hg), free(hd), free(slot_of), free(ids), free(w);
     }
+    cJSON_AddItemToObject(root, "deltanet_qwen35", bench_deltanet(table, &tl, sizeof table));
     printf("\n%s", table);
     printf("copy ceiling %.0f GB/s\n", copy_gbs);
     char *js = cJSON_Print(root);
