@@ -279,6 +279,39 @@ tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float 
                             const int32_t *ids, const float *weights, int64_t ntok, int64_t k,
                             const float *add, float *y, bool accumulate, tdm_error *err);
 
+/* ---- MoE for prompt batches (gpu_moe_prefill.cu) ---- */
+
+/* The same results as tdm_gpu_moe_gate_up followed by tdm_gpu_moe_down, but
+ * grouped by expert: the selections are sorted by expert on the device
+ * (counting sort, no host synchronisation, graph-capturable) and each expert's
+ * weight tile is dequantised once (to fp16) for a tile of its tokens, which
+ * tensor cores multiply with float32 accumulation (error bound: docs/GPU.md).
+ * Meant for ntok > TDM_GPU_MATVEC_MAX_TOK; any ntok >= 1 works.
+ *
+ * Device scratch bytes for up to max_tok tokens with k selections each: the
+ * sort (a permutation, a tile list) and per-selection partial outputs
+ * [max_tok * (k + shared)][n_embd] floats: 38 MB for 512 tokens, 302 MB for
+ * 4096 (k 8 + shared, n_embd 2048). 0 when L is not a valid layer. */
+size_t tdm_gpu_moe_prefill_scratch_bytes(const tdm_gpu_moe_layer *L, int64_t max_tok, int64_t k);
+
+/* Several launches, no allocation:
+ *   h[t][i] = silu(Gate_e x[t]) * Up_e x[t] for each resident e = ids[t][i],
+ *   h[t][k] = the shared expert's, as tdm_gpu_moe_gate_up (same h layout,
+ *             [ntok][k + shared][tdm_gpu_moe_h_stride]; rows of non-resident
+ *             selections untouched), then
+ *   y[t] = (accumulate ? y[t] : 0) + (add ? add[t] : 0)
+ *          + sum over resident i, in rank order, of weights[t][i] * Down_e h[t][i]
+ *          + sigmoid(shared gate_logit[t]) * Down_shared h[t][k], as tdm_gpu_moe_down.
+ * Deterministic: no float atomics, every output element summed in one order.
+ * x: [ntok][n_embd], 16-byte aligned; ids, weights: [ntok][k]; h: 16-byte
+ * aligned; add: NULL or [ntok][n_embd]; scratch: 256-byte aligned, at least
+ * tdm_gpu_moe_prefill_scratch_bytes(L, ntok, k) bytes. n_expert <= 4096.
+ * x and h pass through fp16: keep this path for normed activations. */
+tdm_status tdm_gpu_moe_prefill(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
+                               const int32_t *ids, const float *weights, int64_t ntok, int64_t k,
+                               float *h, const float *add, float *y, bool accumulate,
+                               void *scratch, size_t scratch_bytes, tdm_error *err);
+
 /* ---- testing ---- */
 
 /* Dequantises a row on the host through the very table the kernels use (no

@@ -251,6 +251,22 @@ tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float 
     return NO_CUDA(err, "gpu moe_down");
 }
 
+size_t tdm_gpu_moe_prefill_scratch_bytes(const tdm_gpu_moe_layer *L, int64_t max_tok, int64_t k)
+{
+    (void)L, (void)max_tok, (void)k;
+    return 0;
+}
+
+tdm_status tdm_gpu_moe_prefill(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
+                               const int32_t *ids, const float *weights, int64_t ntok, int64_t k,
+                               float *h, const float *add, float *y, bool accumulate,
+                               void *scratch, size_t scratch_bytes, tdm_error *err)
+{
+    (void)g, (void)L, (void)x, (void)ids, (void)weights, (void)ntok, (void)k, (void)h, (void)add,
+        (void)y, (void)accumulate, (void)scratch, (void)scratch_bytes;
+    return NO_CUDA(err, "gpu moe_prefill");
+}
+
 tdm_status tdm_gpu_dequant_row_host(tdm_qtype wt, const void *src, float *dst, int64_t n,
                                     tdm_error *err)
 {
