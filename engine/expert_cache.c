@@ -170,7 +170,9 @@ const void *tdm_expert_cache_arena(const tdm_expert_cache *c) { return c->arena;
 
 int32_t tdm_expert_cache_slot(const tdm_expert_cache *c, int32_t layer, int32_t expert)
 {
-    return c->n_slots > 0 ? tdm_cache_slot(c->pol, layer, expert) : -1;
+    if (c->n_slots <= 0 || layer < 0 || layer >= c->n_layer || expert < 0 || expert >= c->n_expert)
+        return -1;
+    return c->pub[(size_t)layer * c->n_expert + expert];
 }
 
 const int32_t *tdm_expert_cache_residency(const tdm_expert_cache *c) { return c->pub; }

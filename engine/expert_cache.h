@@ -76,7 +76,7 @@ void tdm_expert_cache_free(tdm_expert_cache *c);
 
 int32_t tdm_expert_cache_n_slots(const tdm_expert_cache *c);
 size_t tdm_expert_cache_slot_bytes(const tdm_expert_cache *c);
-/* Slot of (layer, expert) or -1. */
+/* Slot of (layer, expert) in the published table, or -1. */
 int32_t tdm_expert_cache_slot(const tdm_expert_cache *c, int32_t layer, int32_t expert);
 /* [n_layer * n_expert]: slot or -1, the published table (see above); it
  * changes only in record and settle calls. */

@@ -488,7 +488,14 @@ size_t tdm_forward_gpu_weight_bytes(const tdm_forward_gpu *f) { return f->weight
 int32_t tdm_forward_gpu_n_ctx(const tdm_forward_gpu *f) { return f->n_ctx; }
 tdm_gpu *tdm_forward_gpu_context(tdm_forward_gpu *f) { return f->g; }
 void tdm_forward_gpu_set_matmul_min(tdm_forward_gpu *f, int32_t n) { f->mm_min = n < 1 ? 1 : n; }
-void tdm_forward_gpu_set_graphs(tdm_forward_gpu *f, bool on) { f->graphs = on; }
+void tdm_forward_gpu_set_graphs(tdm_forward_gpu *f, bool on)
+{
+    f->graphs = on;
+    if (!on) { /* a later enable records afresh */
+        tdm_gpu_graph_free(f->graph);
+        f->graph = NULL;
+    }
+}
 bool tdm_forward_gpu_graphs(const tdm_forward_gpu *f) { return f->graphs; }
 size_t tdm_forward_gpu_rec_floats(const tdm_forward_gpu *f) { return f->rec_floats; }
 
@@ -746,25 +753,25 @@ static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t 
     return hybrid_end(f, n, err);
 }
 
-/* One decode step recorded as a CUDA graph (updated in place from the
- * previous token's, since only kernel arguments such as the position change)
- * and launched: one launch instead of ~12 per layer. Any failure while
- * recording turns graphs off for this forward and returns false, so the
- * caller runs the step eagerly (nothing was executed). */
+/* The decode step as one CUDA graph, recorded at the first decode and
+ * replayed for every later token: nothing in it depends on the token or the
+ * position (the embedding row and the position are uploaded to fixed device
+ * buffers first; attention, KV store and RoPE read the position from device
+ * memory; the hybrid hand-off reads its job number from device state), so
+ * replaying costs one launch instead of ~12 per layer and no host work.
+ * Any failure while recording turns graphs off for this forward and returns
+ * false, so the caller runs the step eagerly (nothing was executed). */
 static bool decode_graph(tdm_forward_gpu *f, int32_t pos0, float *logits, tdm_status *st, tdm_error *err)
 {
     tdm_error e = {0};
-    if (tdm_gpu_graph_begin(f->g, &e)) {
+    if (!f->graph && tdm_gpu_graph_begin(f->g, &e)) {
         f->graphs = false;
         return false;
     }
-    if (layers(f, 1, pos0, &e) || head_rows(f, 0, 1, &e)) {
+    if (!f->graph && (layers(f, 1, pos0, &e) || head_rows(f, 0, 1, &e) || tdm_gpu_graph_end(f->g, &f->graph, &e))) {
         tdm_gpu_graph_abort(f->g);
-        f->graphs = false;
-        return false;
-    }
-    if (tdm_gpu_graph_end(f->g, &f->graph, &e)) {
-        tdm_gpu_graph_abort(f->g);
+        tdm_gpu_graph_free(f->graph);
+        f->graph = NULL;
         f->graphs = false;
         return false;
     }

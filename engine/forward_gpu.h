@@ -24,14 +24,13 @@
  * RoPE angles, the DeltaNet recurrence for prompts as well (not chunked),
  * fp16 GEMMs for prompt batches of non-F32 weights.
  *
- * Decode (one token with logits, no route hook) is recorded as a CUDA graph
- * and launched as one: the first step instantiates it, later steps record
- * again and update the instantiated graph in place (cudaGraphExecUpdate:
- * same topology, new kernel arguments such as the position), so the GPU runs
- * the ~12 kernels per layer back to back without per-launch gaps. The
- * embedding row and the position are uploaded before, the logits downloaded
- * after (the only host sync). Any failure while recording switches graphs off
- * for that forward and the step runs eagerly (tdm_forward_gpu_graphs()).
+ * Decode (one token with logits, no route hook) runs as one CUDA graph,
+ * recorded at the first decode step and replayed for every later one: the
+ * embedding row and the position go to fixed device buffers first, and every
+ * kernel reads the position from there, so the graph never changes. The
+ * logits download after it is the only host sync. Any failure while
+ * recording switches graphs off for that forward and the step runs eagerly
+ * (tdm_forward_gpu_graphs()).
  *
  * Ownership: a tdm_forward_gpu borrows the model (host mapping used only for
  * the token embedding, which is dequantised on the host per token) and owns a

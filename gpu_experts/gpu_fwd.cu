@@ -24,7 +24,6 @@ extern "C" tdm_status tdm_gpu_add_f32(tdm_gpu *g, float *y, const float *x, size
 
 struct tdm_gpu_graph {
     cudaGraphExec_t exec;
-    int updates, instantiations;
 };
 
 extern "C" tdm_status tdm_gpu_graph_begin(tdm_gpu *g, tdm_error *err)
@@ -45,34 +44,21 @@ extern "C" void tdm_gpu_graph_abort(tdm_gpu *g)
 
 extern "C" tdm_status tdm_gpu_graph_end(tdm_gpu *g, tdm_gpu_graph **gr, tdm_error *err)
 {
+    *gr = NULL;
     cudaGraph_t graph = NULL;
     TDM_CU(err, cudaStreamEndCapture(g->stream, &graph));
-    tdm_gpu_graph *x = *gr;
-    if (x) {
-        cudaGraphExecUpdateResultInfo info;
-        if (cudaGraphExecUpdate(x->exec, graph, &info) == cudaSuccess) {
-            x->updates++;
-            cudaGraphDestroy(graph);
-            return TDM_OK;
-        }
-        (void)cudaGetLastError();
-        cudaGraphExecDestroy(x->exec);
-        x->exec = NULL;
-    } else {
-        x = (tdm_gpu_graph *)calloc(1, sizeof *x);
-        if (!x) {
-            cudaGraphDestroy(graph);
-            return tdm_error_set(err, TDM_ERR_OOM, "gpu graph");
-        }
-        *gr = x;
+    tdm_gpu_graph *x = (tdm_gpu_graph *)calloc(1, sizeof *x);
+    if (!x) {
+        cudaGraphDestroy(graph);
+        return tdm_error_set(err, TDM_ERR_OOM, "gpu graph");
     }
     cudaError_t e = cudaGraphInstantiate(&x->exec, graph, 0);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
-        x->exec = NULL;
+        free(x);
         return tdm_gpu_cuda_fail(err, e, "cudaGraphInstantiate", __FILE__, __LINE__);
     }
-    x->instantiations++;
+    *gr = x;
     return TDM_OK;
 }
 

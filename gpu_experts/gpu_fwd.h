@@ -17,12 +17,11 @@ tdm_status tdm_gpu_add_f32(tdm_gpu *g, float *y, const float *x, size_t n, tdm_e
 /* CUDA graphs of a launch sequence on the compute stream (the per-token
  * decode step). Between tdm_gpu_graph_begin and tdm_gpu_graph_end the
  * context's launches are recorded, not run; no synchronous call (upload,
- * download, sync, alloc) may happen in between. tdm_gpu_graph_end turns the
- * recording into *gr: the first time it instantiates it, later it updates the
- * instantiated graph in place when the topology is the same (only kernel
- * arguments changed, e.g. the position) and re-instantiates otherwise.
- * tdm_gpu_graph_launch runs it on the compute stream. After any failure
- * inside a recording call tdm_gpu_graph_abort ends and discards it. */
+ * download, sync, alloc) may happen in between. tdm_gpu_graph_end
+ * instantiates the recording as a new *gr (the caller frees it with
+ * tdm_gpu_graph_free); tdm_gpu_graph_launch replays it on the compute stream
+ * with the same arguments (device buffers carry whatever changes). After any
+ * failure inside a recording call tdm_gpu_graph_abort ends and discards it. */
 typedef struct tdm_gpu_graph tdm_gpu_graph;
 tdm_status tdm_gpu_graph_begin(tdm_gpu *g, tdm_error *err);
 tdm_status tdm_gpu_graph_end(tdm_gpu *g, tdm_gpu_graph **gr, tdm_error *err);

@@ -85,7 +85,7 @@ static void test_fill_and_swaps(void **state)
     want = (want + 63) / 64 * 64;
     assert_int_equal(tdm_expert_cache_slot_bytes_for(m), want);
     counting cnt = {0};
-    tdm_expert_device dev = {"counting", &cnt, c_alloc, c_free, c_copy, c_sync};
+    tdm_expert_device dev = {"counting", &cnt, c_alloc, c_free, c_copy, c_sync, NULL};
     const int32_t E = hp->n_expert, ns = E + 3;
     tdm_cache_params cp;
     tdm_cache_params_init(&cp, TDM_CACHE_ADAPTIVE, hp->n_layer, E, hp->n_expert_used, ns);
@@ -149,6 +149,78 @@ static void test_fill_and_swaps(void **state)
     cp.n_expert = E + 1;
     assert_int_equal(tdm_expert_cache_new(m, &cp, &dev, &c, &err), TDM_ERR_INVALID);
     assert_non_null(strstr(err.msg, "policy shape"));
+    tdm_model_free(m);
+    alarm(0);
+}
+
+/* An asynchronous device: copies are done at once on the host but count as
+ * landed only when the test says so (poll). */
+static bool landed;
+static bool c_poll(void *ctx)
+{
+    (void)ctx;
+    return landed;
+}
+
+/* A swap unpublishes the evicted expert at once and publishes the loaded one
+ * only after its copy landed: nothing reads a slot while it is written. */
+static void test_deferred_publish(void **state)
+{
+    (void)state;
+    alarm(120);
+    tdm_model *m = load("micro-qwen3moe");
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    counting cnt = {0};
+    tdm_expert_device dev = {"async", &cnt, c_alloc, c_free, c_copy, c_sync, c_poll};
+    const int32_t E = hp->n_expert;
+    tdm_cache_params cp;
+    tdm_cache_params_init(&cp, TDM_CACHE_ADAPTIVE, hp->n_layer, E, hp->n_expert_used, E + 3);
+    cp.adapt_every = 1;
+    tdm_expert_cache *c;
+    tdm_error err = {0};
+    landed = false;
+    assert_int_equal(tdm_expert_cache_new(m, &cp, &dev, &c, &err), TDM_OK); /* the fill syncs */
+    assert_int_equal(tdm_expert_cache_pending(c), 0);
+    const uint64_t v0 = tdm_expert_cache_version(c);
+    int32_t ids[64], n = 0;
+    for (int32_t e = 0; e < E && n < hp->n_expert_used; e++)
+        if (tdm_expert_cache_slot(c, 1, e) < 0)
+            ids[n++] = e;
+    tdm_expert_cache_stats st = {0};
+    for (int64_t t = 0; t < 8 && st.swaps == 0; t++) {
+        assert_int_equal(tdm_expert_cache_record(c, t, 1, ids, n, &err), TDM_OK);
+        tdm_expert_cache_get_stats(c, &st);
+    }
+    assert_true(st.swaps > 0);
+    assert_true(tdm_expert_cache_pending(c) > 0);
+    assert_true(tdm_expert_cache_version(c) > v0);
+    /* the loads are in flight: published nowhere, and no two experts share a slot */
+    int published = 0;
+    for (int32_t i = 0; i < n; i++)
+        published += tdm_expert_cache_slot(c, 1, ids[i]) >= 0;
+    assert_int_equal(published, 0);
+    const int32_t *res = tdm_expert_cache_residency(c);
+    uint8_t *used = calloc((size_t)cp.n_slots, 1);
+    for (int32_t i = 0; i < hp->n_layer * E; i++)
+        if (res[i] >= 0) {
+            assert_int_equal(used[res[i]], 0);
+            used[res[i]] = 1;
+        }
+    free(used);
+    const uint64_t v1 = tdm_expert_cache_version(c);
+    const int syncs = cnt.syncs;
+    assert_int_equal(tdm_expert_cache_settle(c, false, &err), TDM_OK); /* not landed: nothing changes */
+    assert_int_equal(tdm_expert_cache_version(c), v1);
+    assert_int_equal(cnt.syncs, syncs);
+    landed = true;
+    assert_int_equal(tdm_expert_cache_settle(c, false, &err), TDM_OK);
+    assert_int_equal(tdm_expert_cache_pending(c), 0);
+    assert_true(tdm_expert_cache_version(c) > v1);
+    for (int32_t i = 0, got = 0; i < n; i++, published = got)
+        got = published + (tdm_expert_cache_slot(c, 1, ids[i]) >= 0);
+    assert_true(published > 0);
+    check_contents(m, c);
+    tdm_expert_cache_free(c);
     tdm_model_free(m);
     alarm(0);
 }
@@ -232,6 +304,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fill_and_swaps),
+        cmocka_unit_test(test_deferred_publish),
         cmocka_unit_test(test_ledger_arithmetic),
         cmocka_unit_test(test_ledger_inputs),
     };
