@@ -71,6 +71,8 @@ struct tdm_forward_gpu {
     float *logits;             /* [LOGIT_ROWS][n_vocab] */
     void *mm_scratch;
     size_t mm_bytes;
+    void *moe_scratch;         /* grouped MoE of prompt batches (tdm_gpu_moe_prefill), NULL: none */
+    size_t moe_bytes;
 
     /* host */
     float *hx;                 /* pinned [B][n_embd] embeddings */
@@ -208,6 +210,12 @@ static tdm_status up_experts(tdm_forward_gpu *f, const tdm_weight *gw, const tdm
  * cache's arena through the shared residency mirror (filled in later). */
 static void bind_cached_experts(tdm_forward_gpu *f, const tdm_layer *L, int32_t il, glayer *gl)
 {
+    /* the arena is set by start_hybrid; until then (and with no slot at all,
+     * when every entry of slot_of is -1 and nothing is read) any device pointer */
+    gl->table = (tdm_gpu_expert_table){.slot_of = f->slot_of, .n_expert = f->hp->n_expert, .arena = f->slot_of,
+                                       .slot_bytes = tdm_expert_cache_slot_bytes_for(f->m), .gate_off = 0,
+                                       .up_off = L->gate_exps.mat_bytes,
+                                       .down_off = L->gate_exps.mat_bytes + L->up_exps.mat_bytes};
     gl->moe = (tdm_gpu_moe_layer){.table = &gl->table, .layer = il, .gate_type = L->gate_exps.type,
                                   .up_type = L->up_exps.type, .down_type = L->down_exps.type,
                                   .n_embd = L->gate_exps.cols, .n_ff = L->gate_exps.rows, .shared = NULL};
@@ -311,6 +319,10 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
     DA(mm_scratch, f->mm_bytes);
     DA(identity, (size_t)max64(hp->n_expert, 1) * 4);
     DA(zeros, B * 4); DA(ones, B * 4); DA(pos, B * 4);
+    if (f->hybrid) {
+        DA(slot_of, (size_t)hp->n_layer * (size_t)hp->n_expert * 4);
+        DA(hstate, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t));
+    }
 #undef DA
     if (!st)
         st = tdm_gpu_alloc_host(f->g, B * d * sizeof(float), (void **)&f->hx, err);
@@ -369,8 +381,6 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     const size_t slot = tdm_expert_cache_slot_bytes_for(f->m);
     const uint64_t budget = f->budget.budget;
     const size_t cells = (size_t)hp->n_layer * (size_t)hp->n_expert;
-    TRY(dalloc(f, cells * sizeof(int32_t), &f->slot_of, err));
-    TRY(dalloc(f, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), &f->hstate, err));
     if (f->bytes > budget)
         return tdm_error_set(err, TDM_ERR_OOM,
                              "forward_gpu: the non-expert part takes %.2f GiB, over the %.2f GiB budget (the ledger "
@@ -393,14 +403,9 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     TRY(tdm_gpu_upload(f->g, f->slot_of, tdm_expert_cache_residency(c), cells * sizeof(int32_t), err));
     TRY(tdm_gpu_memset(f->g, f->hstate, 0, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), err));
     f->res_version = tdm_expert_cache_version(c);
-    for (int32_t il = 0; il < hp->n_layer; il++) {
-        const tdm_layer *L = tdm_model_layer(f->m, il);
-        if (L->ffn == TDM_FFN_MOE) /* one arena; slot offsets per layer: gate|up|down in that layer's types */
-            f->L[il].table = (tdm_gpu_expert_table){
-                .slot_of = f->slot_of, .n_expert = hp->n_expert, .arena = tdm_expert_cache_arena(c),
-                .slot_bytes = tdm_expert_cache_slot_bytes(c), .gate_off = 0, .up_off = L->gate_exps.mat_bytes,
-                .down_off = L->gate_exps.mat_bytes + L->up_exps.mat_bytes};
-    }
+    for (int32_t il = 0; il < hp->n_layer; il++)
+        if (tdm_model_layer(f->m, il)->ffn == TDM_FFN_MOE && tdm_expert_cache_arena(c))
+            f->L[il].table.arena = tdm_expert_cache_arena(c);
     tdm_mailbox *mb = tdm_pool_mailbox(tdm_executor_pool(f->ex));
     f->ho = (tdm_gpu_handoff){.dev_seq = (uint32_t *)&mb->dev_seq, .pool_seq = (const uint32_t *)&mb->pool_seq,
                               .layer = &mb->layer, .n_tok = &mb->n_tok, .ids = mb->ids, .weights = mb->weights,
@@ -409,6 +414,18 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
                               .state = f->hstate, .timeout_s = 30.0};
     f->pass_ids = malloc(cells > 0 ? (size_t)hp->n_layer * f->B * hp->n_expert_used * sizeof(int32_t) : 1);
     return f->pass_ids ? TDM_OK : tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: routing buffer");
+}
+
+/* Scratch of the grouped prompt MoE: the largest layer's need at B tokens. */
+static tdm_status alloc_moe_scratch(tdm_forward_gpu *f, tdm_error *err)
+{
+    size_t need = 0;
+    for (int32_t il = 0; il < f->hp->n_layer; il++) {
+        const size_t b = tdm_gpu_moe_prefill_scratch_bytes(&f->L[il].moe, f->B, f->L[il].k);
+        need = b > need ? b : need;
+    }
+    f->moe_bytes = need;
+    return need && f->B > f->mm_min ? dalloc(f, need, &f->moe_scratch, err) : TDM_OK;
 }
 
 static tdm_status create(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
@@ -450,6 +467,8 @@ static tdm_status create(const tdm_model *m, int device, int32_t n_ctx, int32_t 
         st = up_weight(f, tdm_model_output_norm(m), &f->out_norm, err);
     if (!st)
         st = up_weight(f, tdm_model_output(m), &f->output, err);
+    if (!st)
+        st = alloc_moe_scratch(f, err);
     if (!st && xp)
         st = start_hybrid(f, xp, err);
     if (!st)
@@ -637,8 +656,13 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         if (f->ex)
             TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, err));
     }
-    TRY(tdm_gpu_moe_gate_up(f->g, &gl->moe, f->xn, ids, n, k, f->h, err));
-    TRY(tdm_gpu_moe_down(f->g, &gl->moe, f->h, ids, wts, n, k, NULL, f->x, true, err));
+    if (n > f->mm_min && f->moe_scratch && gl->moe.gate_type != TDM_Q_F32) /* prompt: grouped by expert */
+        TRY(tdm_gpu_moe_prefill(f->g, &gl->moe, f->xn, ids, wts, n, k, f->h, NULL, f->x, true, f->moe_scratch,
+                                f->moe_bytes, err));
+    else {
+        TRY(tdm_gpu_moe_gate_up(f->g, &gl->moe, f->xn, ids, n, k, f->h, err));
+        TRY(tdm_gpu_moe_down(f->g, &gl->moe, f->h, ids, wts, n, k, NULL, f->x, true, err));
+    }
     return f->ex && L->ffn == TDM_FFN_MOE ? tdm_gpu_handoff_merge(f->g, &f->ho, f->x, n, err) : TDM_OK;
 }
 
