@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(HANDOFF_THREADS)
     if (threadIdx.x == 0) {
         const uint64_t t0 = global_ns();
         uint64_t t = t0;
-        ready = 1;
-        while ((int32_t)(*(volatile const uint32_t *)h.pool_seq - seq) < 0) {
+        ready = h.state[TDM_GPU_HANDOFF_TIMEOUTS] == 0; /* after one timeout, never wait again */
+        while (ready && (int32_t)(*(volatile const uint32_t *)h.pool_seq - seq) < 0) {
             t = global_ns();
             if (t - t0 > timeout_ns) {
                 ready = 0;

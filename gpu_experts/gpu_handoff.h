@@ -15,8 +15,8 @@
  *            of mapped memory) until the pool reports that job, then adds the
  *            pool's out rows into y. A pool that does not answer within the
  *            timeout is counted (TDM_GPU_HANDOFF_TIMEOUTS) and the add is
- *            skipped, so the GPU never hangs; the host turns the count into an
- *            error after the step.
+ *            skipped, so the GPU never hangs; after one timeout no merge
+ *            waits again (the forward reports the error at every step).
  *
  * Both are ordinary kernels on the compute stream, so a decode step with
  * hand-offs is still one CUDA graph. The job number and the statistics live
