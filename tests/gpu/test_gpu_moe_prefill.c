@@ -397,8 +397,9 @@ static void test_prefill_qwen35_shapes(void **state)
 {
     (void)state;
     /* Qwen3.5-35B-A3B layer shapes with fewer experts: Q4_K gate/up, Q6_K
-     * down, a Q8_0/Q5_K shared expert of 288 rows (a partial row tile) */
-    pcase c = {2048, 512, 24, 8, 9, 288, TDM_Q_Q4_K, TDM_Q_Q6_K, TDM_Q_Q8_0, TDM_Q_Q5_K,
+     * down, a Q5_K/Q8_0 shared expert of 288 rows (a partial row tile; its
+     * down rows of 288 need a 32-element block format) */
+    pcase c = {2048, 512, 24, 8, 9, 288, TDM_Q_Q4_K, TDM_Q_Q6_K, TDM_Q_Q5_K, TDM_Q_Q8_0,
                0.6, true, true, true, true};
     run_case(&c);
     c.ntok = 33, c.k = 1, c.resident = 0.5, c.use_add = false;
