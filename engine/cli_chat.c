@@ -145,6 +145,8 @@ int tdm_cli_chat(int argc, char **argv)
     free(cv.owned);
     free(line);
     free(reply);
+    if (!cli_gen_finish(&c, &o))
+        rc = 1;
     cli_gen_close(&c);
     return rc;
 }

@@ -20,6 +20,12 @@ double cli_gen_now(void)
 
 
 
+static bool cache_opts(const cli_gen_opts *o)
+{
+    return o->gpu_mem || o->cache_experts >= 0 || o->profile || o->policy >= 0 || o->adapt_every ||
+           o->adapt_swaps >= 0 || o->adapt_decay > 0 || o->profile_save;
+}
+
 int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
 {
     memset(o, 0, sizeof *o);
@@ -29,6 +35,7 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
     o->sp = tdm_sampler_default_params();
     o->cache_experts = -1;
     o->policy = -1;
+    o->adapt_swaps = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -71,6 +78,12 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
             ok = (o->policy = tdm_cache_policy_parse(v)) >= 0;
         } else if (!strcmp(a, "--adapt-every")) {
             ok = tdm_cli_parse_long(v, 1, 1 << 24, &l), o->adapt_every = (int32_t)l;
+        } else if (!strcmp(a, "--adapt-swaps")) {
+            ok = tdm_cli_parse_long(v, 0, 1 << 20, &l), o->adapt_swaps = (int32_t)l;
+        } else if (!strcmp(a, "--adapt-decay")) {
+            ok = tdm_cli_parse_float(v, 1e-6, 1, &o->adapt_decay);
+        } else if (!strcmp(a, "--profile-save")) {
+            o->profile_save = v;
         } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
             ok = tdm_cli_parse_long(v, 1, 1 << 24, &l), o->ctx = (int32_t)l;
         } else if (!strcmp(a, "--seed")) {
@@ -99,7 +112,7 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
         if (takes)
             i++;
     }
-    const bool hyb = o->gpu_mem || o->cache_experts >= 0 || o->profile || o->policy >= 0 || o->adapt_every;
+    const bool hyb = cache_opts(o);
     if (o->emulate && o->cache_experts < 0 && !o->gpu_mem) {
         fprintf(stderr, "tandem %s: --hybrid-emulate needs --cache-experts N or --gpu-mem SIZE\n", cmd);
         return 2;
@@ -124,13 +137,17 @@ static void executor_params(const cli_gen_opts *o, const cli_gen_ctx *c, tdm_exe
     p->topo = c->topo;
     p->n_threads = o->threads > 0 ? o->threads : 0;
     p->adapt_every = o->adapt_every;
+    p->adapt_swaps = o->adapt_swaps;
+    p->adapt_decay = o->adapt_decay;
+    p->per_layer = o->policy == TDM_CACHE_ADAPTIVE && !c->prof;
+    p->learn = c->learn;
 }
 
 /* The GPU runs hybrid when an expert-cache option is given, or when the
  * whole model would not fit the free VRAM (the ledger with the default budget). */
 static bool wants_hybrid(const cli_gen_opts *o, const cli_gen_ctx *c)
 {
-    if (o->gpu_mem || o->cache_experts >= 0 || o->profile || o->policy >= 0 || o->adapt_every)
+    if (cache_opts(o))
         return true;
     tdm_gpu *g = NULL;
     tdm_gpu_info info;
@@ -171,8 +188,7 @@ static tdm_status open_session(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error 
 {
     tdm_device dev = o->device == TDM_DEVICE_AUTO ? (tdm_gpu_available() ? TDM_DEVICE_CUDA : TDM_DEVICE_CPU)
                                                   : o->device;
-    if (!o->emulate && dev != TDM_DEVICE_CUDA &&
-        (o->gpu_mem || o->cache_experts >= 0 || o->profile || o->policy >= 0 || o->adapt_every))
+    if (!o->emulate && dev != TDM_DEVICE_CUDA && cache_opts(o))
         return tdm_error_set(err, TDM_ERR_UNSUPPORTED,
                              "the expert cache options need a GPU (none is visible): use --hybrid-emulate");
     const bool hybrid = o->emulate || (dev == TDM_DEVICE_CUDA && wants_hybrid(o, c));
@@ -184,6 +200,14 @@ static tdm_status open_session(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error 
         st = tdm_profile_model_id(tdm_model_gguf(c->model), &id, err);
         if (!st)
             st = tdm_profile_read(o->profile, &id, &c->prof, err);
+    }
+    if (!st && o->profile_save) { /* starts from the loaded profile's counts */
+        tdm_model_id id;
+        st = tdm_profile_model_id(tdm_model_gguf(c->model), &id, err);
+        if (!st)
+            st = tdm_profile_new(&id, &c->learn, err);
+        if (!st && c->prof)
+            st = tdm_profile_merge(c->learn, c->prof, err);
     }
     if (st)
         return st;
@@ -204,13 +228,26 @@ static tdm_status open_session(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error 
     return TDM_OK;
 }
 
-void cli_gen_print_stats(const cli_gen_ctx *c, const cli_gen_opts *o)
+bool cli_gen_finish(const cli_gen_ctx *c, const cli_gen_opts *o)
 {
-    if (!o->stats || !c->ex)
-        return;
-    char line[768];
-    tdm_executor_format_stats(c->ex, line, sizeof line);
-    fprintf(stderr, "%s\n", line);
+    if (o->stats && c->ex) {
+        char line[768];
+        tdm_executor_format_stats(c->ex, line, sizeof line);
+        fprintf(stderr, "%s\n", line);
+    }
+    if (!o->profile_save || !c->learn)
+        return true;
+    tdm_error err = {0};
+    tdm_status st = tdm_profile_set_source(c->learn, "tandem --profile-save", &err);
+    if (!st)
+        st = tdm_profile_write(c->learn, o->profile_save, &err);
+    if (st) {
+        fprintf(stderr, "tandem: --profile-save %s: %s\n", o->profile_save, err.msg);
+        return false;
+    }
+    fprintf(stderr, "profile: %llu tokens written to %s\n", (unsigned long long)tdm_profile_tokens(c->learn),
+            o->profile_save);
+    return true;
 }
 
 bool cli_gen_open(cli_gen_ctx *c, const cli_gen_opts *o, bool with_text)
@@ -247,6 +284,7 @@ void cli_gen_close(cli_gen_ctx *c)
     tdm_executor_free(c->emu); /* before the session whose forward it is attached to */
     tdm_session_free(c->sess);
     tdm_profile_free(c->prof);
+    tdm_profile_free(c->learn);
     tdm_topology_free(c->topo);
     tdm_sampler_free(c->smp);
     tdm_chat_template_free(c->tmpl);

@@ -34,6 +34,9 @@ typedef struct cli_gen_opts {
     const char *profile;    /* --profile P.json: hottest-first fill */
     int policy;             /* --policy NAME (tdm_cache_policy); -1: static with a profile, layer without */
     int32_t adapt_every;    /* --adapt-every N; 0: the policy default */
+    int32_t adapt_swaps;    /* --adapt-swaps N; -1: the policy default */
+    float adapt_decay;      /* --adapt-decay F; 0: the policy default */
+    const char *profile_save; /* --profile-save FILE: the run's routing (+ --profile's counts) */
     bool stats;             /* --stats: the executor's line on stderr at the end */
     bool emulate;           /* --hybrid-emulate */
 } cli_gen_opts;
@@ -47,7 +50,12 @@ typedef struct cli_gen_opts {
     "  --cache-experts N expert slots in VRAM instead of what the budget leaves\n" \
     "  --profile P.json  fill the cache hottest-first from an expert-usage profile (tandem profile)\n" \
     "  --policy NAME     static|layer|adaptive|lru|lfu (default: static with a profile, layer without)\n" \
-    "  --adapt-every N   adaptive: re-plan every N tokens\n" \
+    "  --adapt-every N   adaptive: re-plan every N tokens (default 16)\n" \
+    "  --adapt-swaps N   adaptive: at most N swaps per layer and re-plan (default 2)\n" \
+    "  --adapt-decay F   adaptive: per-token decay of the use counts (default 0.98)\n" \
+    "                    adaptation is off unless --policy adaptive (without a profile its slots are\n" \
+    "                    split evenly over the layers so every layer can swap)\n" \
+    "  --profile-save F  write the routing seen in this run (added to --profile's) as a profile\n" \
     "  --threads N       also the CPU pool's threads (default: physical cores - 1)\n" \
     "  --stats           print the executor's line (hit rate, GPU/pool/wait ms, pool GB/s) at the end\n" \
     "  --hybrid-emulate  the same schedule with the GPU side emulated on the host (CPU only)\n"
@@ -68,12 +76,14 @@ typedef struct cli_gen_ctx {
     unsigned detok_flags;   /* TDM_DECODE_SPECIAL to show <think> etc. (chat) */
     tdm_topology *topo;     /* hybrid: pool pinning */
     tdm_profile *prof;      /* --profile */
+    tdm_profile *learn;     /* --profile-save */
     tdm_executor *emu;      /* --hybrid-emulate: the executor on the CPU forward */
     tdm_executor *ex;       /* whichever executor runs (emulated or the session's GPU one), or NULL */
 } cli_gen_ctx;
 
-/* The executor's statistics line to stderr when --stats (and one runs). */
-void cli_gen_print_stats(const cli_gen_ctx *c, const cli_gen_opts *o);
+/* At the end of a run: the executor's statistics line to stderr (--stats)
+ * and the learned profile (--profile-save). false after printing an error. */
+bool cli_gen_finish(const cli_gen_ctx *c, const cli_gen_opts *o);
 
 /* Loads the model (and with_text: tokenizer, chat template, sampler), sets
  * the thread count, creates a session of o->ctx tokens. Prints the error and

@@ -84,8 +84,7 @@ int tdm_cli_run(int argc, char **argv)
     fprintf(stderr, "prompt: %d tokens, %.1f tok/s | generated: %d tokens, %.1f tok/s%s\n", st.n_prompt,
             st.t_prompt > 0 ? st.n_prompt / st.t_prompt : 0.0, st.n_gen, st.t_gen > 0 ? st.n_gen / st.t_gen : 0.0,
             st.context_full ? " (context full)" : "");
-    cli_gen_print_stats(&c, &o);
-    rc = 0;
+    rc = cli_gen_finish(&c, &o) ? 0 : 1;
 done:
     free(ids);
     cli_gen_close(&c);

@@ -20,6 +20,7 @@ struct tdm_executor {
     uint8_t *logged;          /* [n_layer] */
     int32_t log_n;            /* tokens of the logged pass */
     int64_t token;            /* next token index for the policy */
+    tdm_profile *learn;       /* borrowed, or NULL */
     bool gpu;                 /* the device side is a real GPU (tdm_executor_gpu_*) */
     tdm_executor_stats st;
 };
@@ -38,6 +39,7 @@ void tdm_executor_params_init(tdm_executor_params *p)
     p->n_ctx = 4096;
     p->max_batch = 512;
     p->policy = -1;
+    p->adapt_swaps = -1;
 }
 
 static tdm_status make_cache(tdm_executor *x, const tdm_executor_params *p, tdm_error *err)
@@ -60,6 +62,10 @@ static tdm_status make_cache(tdm_executor *x, const tdm_executor_params *p, tdm_
     cp.per_layer = p->per_layer;
     if (p->adapt_every > 0)
         cp.adapt_every = p->adapt_every;
+    if (p->adapt_swaps >= 0)
+        cp.adapt_swaps = p->adapt_swaps;
+    if (p->adapt_decay > 0)
+        cp.adapt_decay = p->adapt_decay;
     return tdm_expert_cache_new(x->m, &cp, p->dev ? p->dev : tdm_expert_device_host(), &x->cache, err);
 }
 
@@ -79,6 +85,7 @@ tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, td
     x->m = m;
     x->hp = hp;
     x->dev_threads = p->dev_threads ? p->dev_threads : 1;
+    x->learn = p->learn;
     x->max_batch = p->max_batch;
     x->k = hp->n_expert_used;
     x->first_moe = -1;
@@ -140,9 +147,14 @@ tdm_status tdm_executor_flush(tdm_executor *x, tdm_error *err)
     tdm_status st = TDM_OK;
     for (int32_t t = 0; t < x->log_n && !st; t++)
         for (int32_t il = 0; il < L && !st; il++)
-            if (x->logged[il])
-                st = tdm_expert_cache_record(x->cache, x->token + t, il, x->log + (size_t)il * nk + (size_t)t * k, k,
-                                             err);
+            if (x->logged[il]) {
+                const int32_t *ids = x->log + (size_t)il * nk + (size_t)t * k;
+                st = tdm_expert_cache_record(x->cache, x->token + t, il, ids, k, err);
+                if (!st && x->learn)
+                    st = tdm_profile_record(x->learn, il, k, ids, NULL, err);
+            }
+    if (!st && x->learn)
+        tdm_profile_add_tokens(x->learn, (uint64_t)x->log_n);
     x->token += x->log_n;
     x->log_n = 0;
     memset(x->logged, 0, (size_t)L);

@@ -47,6 +47,9 @@ typedef struct tdm_executor_params {
     int n_threads;                /* pool threads; 0: physical cores - 1 */
     int dev_threads;              /* emulated device-side threads; 0: 1 */
     int32_t adapt_every;          /* 0: the policy default */
+    int32_t adapt_swaps;          /* -1: the policy default */
+    float adapt_decay;            /* 0: the policy default */
+    tdm_profile *learn;           /* NULL, or every pass's routing is added to it (--profile-save); borrowed */
     const tdm_expert_device *dev; /* NULL: host memory */
     /* The pool's mailbox memory (pool.h); NULL: the C heap. The GPU passes
      * mapped page-locked memory. */

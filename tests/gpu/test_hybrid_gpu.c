@@ -81,6 +81,7 @@ static tdm_forward_gpu *open_hybrid(const tdm_model *m, int n_ctx, const hyb_cas
     xp.n_threads = hc->threads;
     xp.policy = hc->policy;
     xp.adapt_every = hc->adapt_every;
+    xp.per_layer = hc->policy == TDM_CACHE_ADAPTIVE; /* layer order + global slots leaves nothing to swap */
     xp.topo = topo;
     tdm_forward_gpu *f = NULL;
     tdm_error err = {0};

@@ -23,10 +23,21 @@ for opts in "--cache-experts 0" "--cache-experts 96 --profile profiles/demo.prof
 done
 grep -q "hit rate 100.0%" <(run --hybrid-emulate --cache-experts 192 --stats 2>&1 >/dev/null) ||
     { echo "FAIL 192 slots is not 100%"; fail=1; }
+# adaptation swaps experts in (slots split per layer without a profile) and
+# --profile-save writes what the run routed, which --profile then reads
+run --hybrid-emulate --cache-experts 40 --policy adaptive --adapt-every 2 --adapt-swaps 4 --adapt-decay 0.9 \
+    --profile-save "$tmp/learned.json" --stats >"$tmp/out.txt" 2>"$tmp/err.txt"
+cmp -s "$tmp/ref.txt" "$tmp/out.txt" || { echo "FAIL adaptive text differs"; fail=1; }
+grep -Eq "swaps [1-9]" "$tmp/err.txt" || { echo "FAIL adaptive made no swap: $(cat "$tmp/err.txt")"; fail=1; }
+grep -q "tokens written to" "$tmp/err.txt" || { echo "FAIL --profile-save said nothing"; fail=1; }
+run --hybrid-emulate --cache-experts 96 --profile "$tmp/learned.json" >"$tmp/out.txt" 2>/dev/null ||
+    { echo "FAIL the saved profile is not readable"; fail=1; }
+cmp -s "$tmp/ref.txt" "$tmp/out.txt" || { echo "FAIL text differs with the saved profile"; fail=1; }
 if run --hybrid-emulate --gpu-mem 1M >/dev/null 2>"$tmp/err.txt"; then echo "FAIL 1M accepted"; fail=1; fi
 grep -q "needed before any expert slot" "$tmp/err.txt" || { echo "FAIL refusal message: $(cat "$tmp/err.txt")"; fail=1; }
 for bad in "--hybrid-emulate" "--cache-experts 5" "--hybrid-emulate --cache-experts x" \
-           "--hybrid-emulate --gpu-mem 12Q" "--hybrid-emulate --cache-experts 4 --policy nope"; do
+           "--hybrid-emulate --gpu-mem 12Q" "--hybrid-emulate --cache-experts 4 --policy nope" \
+           "--hybrid-emulate --cache-experts 4 --adapt-decay 2" "--profile-save /nonexistent/dir/p.json --hybrid-emulate --cache-experts 4"; do
     # shellcheck disable=SC2086
     if run $bad >/dev/null 2>&1; then echo "FAIL accepted: $bad"; fail=1; fi
 done
