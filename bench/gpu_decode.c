@@ -23,6 +23,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "bench_bound.h"
 #include "forward_gpu.h"
 #include "gpu.h"
 #include "model.h"
@@ -67,35 +68,6 @@ static void model_bytes(const tdm_model *m, double *per_token, double *total)
             *total -= ((double)wbytes(&L->gate_exps) + wbytes(&L->up_exps) + wbytes(&L->down_exps)) /
                       (double)L->gate_exps.n_mat * hp->n_expert_used;
     }
-}
-
-/* Device-to-device copy bandwidth (read + write), median of 7 over 1 GiB. */
-static double copy_gbs(tdm_gpu *g)
-{
-    const size_t bytes = (size_t)1 << 30;
-    void *a, *b;
-    CHECK(tdm_gpu_alloc(g, bytes, &a, &err));
-    CHECK(tdm_gpu_alloc(g, bytes, &b, &err));
-    CHECK(tdm_gpu_memset(g, a, 0x5A, bytes, &err));
-    double best[7];
-    for (int r = 0; r < 7; r++) {
-        float ms;
-        CHECK(tdm_gpu_mark(g, 0, &err));
-        for (int i = 0; i < 10; i++)
-            CHECK(tdm_gpu_copy(g, i & 1 ? a : b, i & 1 ? b : a, bytes, &err));
-        CHECK(tdm_gpu_mark(g, 1, &err));
-        CHECK(tdm_gpu_elapsed_ms(g, 0, 1, &ms, &err));
-        best[r] = 2.0 * bytes * 10 / (ms * 1e-3) / 1e9;
-    }
-    for (int i = 0; i < 7; i++) /* median */
-        for (int j = i + 1; j < 7; j++)
-            if (best[j] < best[i]) {
-                double t = best[i];
-                best[i] = best[j], best[j] = t;
-            }
-    tdm_gpu_release(g, a);
-    tdm_gpu_release(g, b);
-    return best[3];
 }
 
 /* tools/synth of the same build: <BUILD>/bench/gpu_decode -> <BUILD>/tools/synth. */
@@ -184,7 +156,8 @@ int main(int argc, char **argv)
     tdm_gpu *g = tdm_forward_gpu_context(f);
     tdm_gpu_info info;
     CHECK(tdm_gpu_query(g, &info, &err));
-    const double bw = copy_gbs(g);
+    double bw; /* device-to-device copy GB/s (read + write), median of 7 over 1 GiB */
+    CHECK(tdm_bench_vram_gbps(g, 0, 0, &bw, &err));
     double per_tok, total;
     model_bytes(m, &per_tok, &total);
     printf("device %s, copy %.0f GB/s; %.1f MB per decoded token, %.2f GB of weights\n", info.name, bw,

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # Plots a tandem JSON result as PNG with gnuplot (needs python3 and gnuplot).
 #   bench/plot.sh FILE.json [OUT_PREFIX]
-# - format "tandem-bench":      OUT_PREFIX-threads.png  prompt and decode tok/s against threads,
+# - format "tandem-bench", CPU path ("engine_path": "cpu"):
+#                               OUT_PREFIX-threads.png  prompt and decode tok/s against threads,
 #                                                         one line per prompt length;
 #                               OUT_PREFIX-vram.png     projected decode tok/s against the VRAM
 #                                                         budget (+ measured points when filled).
+# - format "tandem-bench", hybrid path ("engine_path": "hybrid"), one line per series:
+#                               OUT_PREFIX-vram.png     measured decode tok/s against the VRAM
+#                                                         budget per (threads, fill, prompt), with
+#                                                         the bound (dashed) and the projection (dotted);
+#                               OUT_PREFIX-threads.png  the same against the pool threads per
+#                                                         (VRAM budget, fill, prompt).
 # - format "tandem-projection": OUT_PREFIX.png          projected decode tok/s against VRAM,
 #                                                         one line per DRAM row.
 # OUT_PREFIX defaults to FILE without .json. Prints the PNG paths written.
+# Exit status 3 when gnuplot or python3 is missing (tandem bench --plot then only warns).
 set -euo pipefail
 json=${1:?usage: bench/plot.sh FILE.json [OUT_PREFIX]}
 out=${2:-${json%.json}}
-command -v gnuplot >/dev/null || { echo "plot.sh: gnuplot not found" >&2; exit 1; }
+for t in gnuplot python3; do
+    command -v $t >/dev/null || { echo "plot.sh: $t not found" >&2; exit 3; }
+done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -22,7 +32,22 @@ doc = json.load(open(sys.argv[1]))
 tmp = sys.argv[2]
 fmt = doc.get("format")
 def w(name, text): open(f"{tmp}/{name}", "w").write(text)
-if fmt == "tandem-bench":
+def num(v): return "NaN" if v is None else v
+if fmt == "tandem-bench" and doc.get("engine_path") == "hybrid":
+    # one series per fixed (other axes); x = gpu_mem_gib or threads
+    w("kind", "hybrid\n")
+    w("title", f"{doc['model']['name']}, hybrid path")
+    for x, others, label in (("gpu_mem_gib", ("threads", "fill", "prompt_tokens"), "{} thr, {}, p{}"),
+                             ("threads", ("gpu_mem_gib", "fill", "prompt_tokens"), "{:g} GiB, {}, p{}")):
+        series = {}
+        for r in doc["runs"]:
+            series.setdefault(tuple(r[k] for k in others), []).append(r)
+        keys = sorted(series)
+        w(f"{x}.dat", "\n\n".join("".join(
+            f"{r[x]} {r['decode_tok_s']} {num(r['bound_tok_s'])} {num(r['projected_tok_s'])}\n"
+            for r in sorted(series[k], key=lambda r: r[x])) for k in keys) + "\n")
+        w(f"{x}.names", "\n".join(label.format(*k) for k in keys) + "\n")
+elif fmt == "tandem-bench":
     m = doc["model"]["name"]
     w("kind", "bench\n")
     w("title", f"{m}, {doc['engine_path']} path")
@@ -61,7 +86,32 @@ EOF
 
 kind=$(cat "$tmp/kind")
 title=$(sed 's/"/\\"/g' "$tmp/title")
-if [ "$kind" = bench ]; then
+if [ "$kind" = hybrid ]; then
+    for axis in "gpu_mem_gib:vram:VRAM budget (GiB)" "threads:threads:CPU pool threads"; do
+        IFS=: read -r x suffix xlabel <<< "$axis"
+        plot="" i=0
+        while IFS= read -r n; do
+            plot+="'$tmp/$x.dat' index $i using 1:2 with linespoints linecolor $((i + 1)) title 'decode, $n', "
+            plot+="'$tmp/$x.dat' index $i using 1:3 with lines dashtype 2 linecolor $((i + 1)) title 'bound', "
+            plot+="'$tmp/$x.dat' index $i using 1:4 with lines dashtype 3 linecolor $((i + 1)) title 'projected', "
+            i=$((i + 1))
+        done < "$tmp/$x.names"
+        # a single x value makes gnuplot warn about an empty range (and widen it): not an error
+        gnuplot <<EOF 2> "$tmp/gnuplot.err" || { cat "$tmp/gnuplot.err" >&2; exit 1; }
+set terminal pngcairo size 1000,600
+set output '$out-$suffix.png'
+set title "$title: decode tok/s against the $xlabel" noenhanced
+set xlabel '$xlabel'
+set ylabel 'decode tokens/s'
+set offsets graph 0.05, graph 0.05, 0, 0
+set grid
+set yrange [0:*]
+set key outside right
+plot ${plot%, }
+EOF
+        echo "$out-$suffix.png"
+    done
+elif [ "$kind" = bench ]; then
     read -r -a prompts < "$tmp/prompts"
     plot="" i=0
     for p in "${prompts[@]}"; do

@@ -110,29 +110,80 @@ printf 'fraction,hit_rate\n0.5,1.7\n' > "$tmp/bad.csv"
 "$BUILD/tools/ddr" --preset demo --hit-curve "$tmp/bad.csv" > /dev/null 2> "$tmp/err"; [ $? -eq 1 ] || fail "bad curve"
 grep -q "1.7" "$tmp/err" || fail "bad curve message names the value"
 
-# 5. a short measured run: the tandem-bench JSON has its fields (no speed is asserted)
-"$BUILD/tandem" bench -m models/demo/demo-Q4_K_M.gguf --prompt 8,16 --gen 4 --threads 1 --membw 20 \
-    --gpu-mem 1,2 --json "$tmp/run.json" > /dev/null 2>&1 || fail "tandem bench run"
-"$BUILD/tandem" bench -m models/demo/demo-Q4_K_M.gguf --prompt 8 --gen 2 --threads 1 --membw \
-    --probe-mib 4 --json "$tmp/run2.json" > /dev/null 2>&1 || fail "tandem bench run with the probe"
-python3 -c 'import json,sys; h=json.load(open(sys.argv[1]))["host"]; assert h["membw_source"]=="probe" and h["probe"]["read_gbps"]==h["membw_gbps"]>0' \
-    "$tmp/run2.json" || fail "probe fields of the bench JSON"
-"$BUILD/tandem" bench --gen 0 > /dev/null 2>&1; [ $? -eq 2 ] || fail "bench --gen 0: usage error"
+# 5. a short measured run on the CPU path: the tandem-bench JSON has its fields (no speed is asserted)
+"$BUILD/tandem" bench -m models/demo/demo-Q4_K_M.gguf --device cpu --prompt 8,16 --gen 4 --threads 1 \
+    --membw 20 --gpu-mem 1G,2 --json "$tmp/run.json" > /dev/null 2>&1 || fail "tandem bench run"
+"$BUILD/tandem" bench -m models/demo/demo-Q4_K_M.gguf --device cpu --prompt 8 --gen 2 --threads 1 --membw \
+    --probe-mib 4 --hit-curve profiles/demo.profile.json --json "$tmp/run2.json" > /dev/null 2>&1 \
+    || fail "tandem bench run with the probe"
+python3 - "$tmp/run2.json" <<'PY' || fail "probe fields of the bench JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+h = d["host"]
+assert h["membw_source"] == "probe" and h["probe"]["read_gbps"] == h["membw_gbps"] > 0
+assert h["dram_by_threads"] == []
+assert d["projection"]["assumptions"]["hit_model"]["kind"] == "table"  # --hit-curve reached the projection
+PY
 python3 - "$tmp/run.json" <<'PY' || fail "bench JSON"
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["format"] == "tandem-bench" and d["version"] == 1
+assert d["format"] == "tandem-bench" and d["version"] == 2 and d["engine_path"] == "cpu"
+assert d["command"].startswith("tandem bench ") and "--gpu-mem 1G,2" in d["command"]
+assert d["workload"]["fills"] == [] and "gpu" not in d and "validation" not in d
 assert [r["prompt_tokens"] for r in d["runs"]] == [8, 16]
+hybrid_only = ("gpu_mem_gib", "fill", "slots", "hit_rate", "cpu_ms_per_token", "gpu_ms_per_token",
+               "wait_ms_per_token", "pool_gbps", "pool_mb_per_token", "pool_wakes_per_token", "swaps",
+               "cpu_bytes_per_token", "gpu_bytes_per_token", "projected_tok_s", "projected_hit_rate",
+               "projected_slots", "projected_bound", "rel_error")
 for r in d["runs"]:
     assert r["threads"] == 1 and r["gen_tokens"] == 4
     assert r["prompt_tok_s"] > 0 and r["decode_tok_s"] > 0
-    for k in ("hit_rate", "cpu_ms_per_token", "gpu_ms_per_token", "wait_ms_per_token", "pool_gbps"):
-        assert r[k] is None, k
+    for k in hybrid_only:
+        assert k in r and r[k] is None, k
+    assert r["bytes_per_token"] > 0 and r["dram_gbps"] == 20 and r["bound"] == "cpu-dram"
     assert abs(r["fraction_of_bound"] - r["decode_tok_s"] / r["bound_tok_s"]) < 1e-9
+    assert abs(r["bound_tok_s"] - 20e9 / r["bytes_per_token"]) < 1e-6 * r["bound_tok_s"]
 assert [v["gpu_mem_gib"] for v in d["vram"]] == [1, 2]
 assert all(v["measured_tok_s"] is None for v in d["vram"])
 assert d["projection"]["format"] == "tandem-projection"
 PY
+
+# 5b. option errors that need no GPU (exit 2, message naming the problem)
+usage() { # usage MESSAGE-PATTERN ARGS...: exit 2 and the message
+    local pat=$1
+    shift
+    "$BUILD/tandem" bench -m models/demo/demo-Q4_K_M.gguf "$@" > /dev/null 2> "$tmp/err"
+    [ $? -eq 2 ] || fail "bench $*: want exit 2"
+    grep -q -- "$pat" "$tmp/err" || fail "bench $*: message lacks '$pat': $(cat "$tmp/err")"
+}
+usage "bad value" --gen 0
+usage "bad value for --fill" --fill layer,bogus
+usage "bad value for --fill" --fill ""
+usage "need --profile" --fill layer,adaptive
+usage "need --profile" --fill profile --device cpu
+usage "hybrid GPU path" --fill layer --device cpu
+usage "hybrid GPU path" --validate --device cpu
+usage "hybrid GPU path" --profile profiles/demo.profile.json --device cpu
+usage "bad value for --gpu-mem" --gpu-mem 12X
+usage "bad value for --zipf" --zipf -1
+usage "bad value for --adapt-every" --adapt-every 0
+# --device cuda where no GPU is visible: a clean failure, not a crash (skipped on a GPU machine)
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
+    "$BUILD/tandem" bench -m models/demo/demo-Q4_K_M.gguf --device cuda --prompt 8 --gen 2 \
+        --json "$tmp/none.json" > /dev/null 2> "$tmp/err"
+    [ $? -eq 1 ] || fail "bench --device cuda without a GPU: want exit 1"
+    grep -q "tandem bench: " "$tmp/err" || fail "bench --device cuda without a GPU: no message"
+    [ ! -e "$tmp/none.json" ] || fail "bench --device cuda without a GPU wrote a JSON"
+fi
+
+# 5c. --plot without gnuplot: a warning, exit 0 (plot.sh: exit 3)
+mkdir -p "$tmp/bin"
+ln -s "$(command -v bash)" "$tmp/bin/bash"
+PATH="$tmp/bin" "$BUILD/tandem" bench -m models/demo/demo-Q4_K_M.gguf --device cpu --prompt 8 --gen 2 \
+    --threads 1 --membw 20 --json "$tmp/noplot.json" --plot > /dev/null 2> "$tmp/err" || fail "--plot without gnuplot"
+grep -q "no plot" "$tmp/err" || fail "--plot without gnuplot: no warning"
+PATH="$tmp/bin" bash bench/plot.sh "$tmp/noplot.json" > /dev/null 2>&1
+[ $? -eq 3 ] || fail "plot.sh without gnuplot: want exit 3"
 
 # 6. plots
 # gnuplot is a dependency (tools/install-deps.sh): the PNG plots are part of `tandem bench`.
@@ -140,7 +191,23 @@ command -v gnuplot > /dev/null || fail "gnuplot is not installed (tools/install-
 {
     bash bench/plot.sh "$tmp/run.json" "$tmp/run" > /dev/null || fail "plot.sh bench"
     bash bench/plot.sh "$tmp/qwen35-35b-a3b.json" "$tmp/proj" > /dev/null || fail "plot.sh projection"
-    for f in "$tmp/run-threads.png" "$tmp/run-vram.png" "$tmp/proj.png"; do
+    # the hybrid rows (a GPU run's shape, made up here: no GPU in CI)
+    python3 - "$tmp/run.json" "$tmp/hyb.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["engine_path"] = "hybrid"
+base = d["runs"][0]
+d["runs"] = []
+for gib in (8, 12):
+    for thr in (2, 4):
+        for fill in ("layer", "profile"):
+            r = dict(base, gpu_mem_gib=gib, threads=thr, fill=fill, decode_tok_s=10.0 * gib + thr,
+                     bound_tok_s=20.0 * gib, projected_tok_s=None if thr == 2 else 15.0 * gib)
+            d["runs"].append(r)
+json.dump(d, open(sys.argv[2], "w"))
+PY
+    bash bench/plot.sh "$tmp/hyb.json" "$tmp/hyb" > /dev/null || fail "plot.sh hybrid"
+    for f in "$tmp/run-threads.png" "$tmp/run-vram.png" "$tmp/proj.png" "$tmp/hyb-vram.png" "$tmp/hyb-threads.png"; do
         [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "$f is not a PNG"
     done
 }
