@@ -26,7 +26,7 @@ static bool cache_opts(const cli_gen_opts *o)
            o->adapt_swaps >= 0 || o->adapt_decay > 0 || o->profile_save;
 }
 
-int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
+void cli_gen_opts_init(cli_gen_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->model = tdm_cli_default_model();
@@ -36,6 +36,53 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
     o->cache_experts = -1;
     o->policy = -1;
     o->adapt_swaps = -1;
+}
+
+bool cli_gen_cache_option(const char *a, const char *v, cli_gen_opts *o, bool *ok)
+{
+    long l = 0;
+    if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
+        *ok = tdm_cli_parse_long(v, 1, 4096, &l), o->threads = (int)l;
+    else if (!strcmp(a, "--gpu-mem"))
+        *ok = tdm_cli_parse_size(v, &o->gpu_mem) && o->gpu_mem > 0;
+    else if (!strcmp(a, "--cache-experts"))
+        *ok = tdm_cli_parse_long(v, 0, 1 << 30, &l), o->cache_experts = (int32_t)l;
+    else if (!strcmp(a, "--profile"))
+        *ok = true, o->profile = v;
+    else if (!strcmp(a, "--policy"))
+        *ok = (o->policy = tdm_cache_policy_parse(v)) >= 0;
+    else if (!strcmp(a, "--adapt-every"))
+        *ok = tdm_cli_parse_long(v, 1, 1 << 24, &l), o->adapt_every = (int32_t)l;
+    else if (!strcmp(a, "--adapt-swaps"))
+        *ok = tdm_cli_parse_long(v, 0, 1 << 20, &l), o->adapt_swaps = (int32_t)l;
+    else if (!strcmp(a, "--adapt-decay"))
+        *ok = tdm_cli_parse_float(v, 1e-6, 1, &o->adapt_decay);
+    else if (!strcmp(a, "--profile-save"))
+        *ok = true, o->profile_save = v;
+    else
+        return false;
+    if (!v)
+        *ok = false;
+    return true;
+}
+
+int cli_gen_check(const cli_gen_opts *o, const char *cmd)
+{
+    if (o->emulate && o->cache_experts < 0 && !o->gpu_mem) {
+        fprintf(stderr, "tandem %s: --hybrid-emulate needs --cache-experts N or --gpu-mem SIZE\n", cmd);
+        return 2;
+    }
+    if (cache_opts(o) && !o->emulate && o->device == TDM_DEVICE_CPU) {
+        fprintf(stderr, "tandem %s: the expert cache options need the GPU (--device cuda) or --hybrid-emulate\n",
+                cmd);
+        return 2;
+    }
+    return 0;
+}
+
+int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
+{
+    cli_gen_opts_init(o);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -54,6 +101,8 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
         } else if (!v) {
             fprintf(stderr, "tandem %s: option %s needs a value (or is unknown)\n", cmd, a);
             return 2;
+        } else if (cli_gen_cache_option(a, v, o, &ok)) {
+            /* parsed */
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             o->model = v;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
@@ -64,26 +113,8 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
             o->out = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             ok = tdm_cli_parse_long(v, 0, 1 << 24, &l), o->n_predict = (int32_t)l;
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            ok = tdm_cli_parse_long(v, 1, 4096, &l), o->threads = (int)l;
         } else if (!strcmp(a, "--device")) {
             ok = tdm_device_parse(v, &o->device);
-        } else if (!strcmp(a, "--gpu-mem")) {
-            ok = tdm_cli_parse_size(v, &o->gpu_mem) && o->gpu_mem > 0;
-        } else if (!strcmp(a, "--cache-experts")) {
-            ok = tdm_cli_parse_long(v, 0, 1 << 30, &l), o->cache_experts = (int32_t)l;
-        } else if (!strcmp(a, "--profile")) {
-            o->profile = v;
-        } else if (!strcmp(a, "--policy")) {
-            ok = (o->policy = tdm_cache_policy_parse(v)) >= 0;
-        } else if (!strcmp(a, "--adapt-every")) {
-            ok = tdm_cli_parse_long(v, 1, 1 << 24, &l), o->adapt_every = (int32_t)l;
-        } else if (!strcmp(a, "--adapt-swaps")) {
-            ok = tdm_cli_parse_long(v, 0, 1 << 20, &l), o->adapt_swaps = (int32_t)l;
-        } else if (!strcmp(a, "--adapt-decay")) {
-            ok = tdm_cli_parse_float(v, 1e-6, 1, &o->adapt_decay);
-        } else if (!strcmp(a, "--profile-save")) {
-            o->profile_save = v;
         } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
             ok = tdm_cli_parse_long(v, 1, 1 << 24, &l), o->ctx = (int32_t)l;
         } else if (!strcmp(a, "--seed")) {
@@ -112,20 +143,10 @@ int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd)
         if (takes)
             i++;
     }
-    const bool hyb = cache_opts(o);
-    if (o->emulate && o->cache_experts < 0 && !o->gpu_mem) {
-        fprintf(stderr, "tandem %s: --hybrid-emulate needs --cache-experts N or --gpu-mem SIZE\n", cmd);
-        return 2;
-    }
-    if (hyb && !o->emulate && o->device == TDM_DEVICE_CPU) {
-        fprintf(stderr, "tandem %s: the expert cache options need the GPU (--device cuda) or --hybrid-emulate\n",
-                cmd);
-        return 2;
-    }
-    return 0;
+    return cli_gen_check(o, cmd);
 }
 
-static void executor_params(const cli_gen_opts *o, const cli_gen_ctx *c, tdm_executor_params *p)
+void cli_gen_executor_params(const cli_gen_opts *o, const cli_gen_ctx *c, tdm_executor_params *p)
 {
     tdm_executor_params_init(p);
     p->n_slots = o->cache_experts;
@@ -168,7 +189,7 @@ static bool wants_hybrid(const cli_gen_opts *o, const cli_gen_ctx *c)
 static tdm_status open_emulation(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error *err)
 {
     tdm_executor_params p;
-    executor_params(o, c, &p);
+    cli_gen_executor_params(o, c, &p);
     tdm_status st = tdm_session_new_device(c->model, o->ctx, TDM_DEVICE_CPU, &c->sess, err);
     if (!st)
         st = tdm_executor_new(c->model, &p, &c->emu, err);
@@ -186,6 +207,8 @@ static tdm_status open_emulation(const cli_gen_opts *o, cli_gen_ctx *c, tdm_erro
 
 static tdm_status open_session(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error *err)
 {
+    if (o->threads > 0)
+        omp_set_num_threads(o->threads);
     tdm_device dev = o->device == TDM_DEVICE_AUTO ? (tdm_gpu_available() ? TDM_DEVICE_CUDA : TDM_DEVICE_CPU)
                                                   : o->device;
     if (!o->emulate && dev != TDM_DEVICE_CUDA && cache_opts(o))
@@ -214,7 +237,7 @@ static tdm_status open_session(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error 
     if (o->emulate)
         return open_emulation(o, c, err);
     tdm_executor_params p;
-    executor_params(o, c, &p);
+    cli_gen_executor_params(o, c, &p);
     st = tdm_session_new_hybrid(c->model, o->ctx, &p, &c->sess, err);
     if (st)
         return st;
@@ -253,8 +276,6 @@ bool cli_gen_finish(const cli_gen_ctx *c, const cli_gen_opts *o)
 bool cli_gen_open(cli_gen_ctx *c, const cli_gen_opts *o, bool with_text)
 {
     memset(c, 0, sizeof *c);
-    if (o->threads > 0)
-        omp_set_num_threads(o->threads);
     tdm_error err = {0};
     tdm_status st = tdm_model_load(o->model, &c->model, &err);
     if (!st && with_text)
@@ -277,6 +298,15 @@ bool cli_gen_open(cli_gen_ctx *c, const cli_gen_opts *o, bool with_text)
         return false;
     }
     return true;
+}
+
+bool cli_gen_open_session(cli_gen_ctx *c, const cli_gen_opts *o)
+{
+    tdm_error err = {0};
+    tdm_status st = open_session(o, c, &err);
+    if (st)
+        fprintf(stderr, "tandem: %s: %s\n", tdm_status_name(st), err.msg);
+    return st == TDM_OK;
 }
 
 void cli_gen_close(cli_gen_ctx *c)

@@ -65,6 +65,14 @@ typedef struct cli_gen_opts {
  * usage error naming the option. */
 int cli_gen_parse(int argc, char **argv, cli_gen_opts *o, const char *cmd);
 
+/* For commands with their own parser (serve, bench): the defaults; one
+ * option of the thread / expert-cache group (true when a is one of them;
+ * *ok false for a bad or missing value v); the group's consistency check
+ * (0, or 2 after printing the usage error). */
+void cli_gen_opts_init(cli_gen_opts *o);
+bool cli_gen_cache_option(const char *a, const char *v, cli_gen_opts *o, bool *ok);
+int cli_gen_check(const cli_gen_opts *o, const char *cmd);
+
 typedef struct cli_gen_ctx {
     tdm_model *model;
     tdm_tokenizer *tok;     /* NULL unless loaded */
@@ -90,6 +98,12 @@ bool cli_gen_finish(const cli_gen_ctx *c, const cli_gen_opts *o);
  * returns false on failure. */
 bool cli_gen_open(cli_gen_ctx *c, const cli_gen_opts *o, bool with_text);
 void cli_gen_close(cli_gen_ctx *c);
+/* Only the session of cli_gen_open (c->model loaded by the caller, the rest
+ * of c zeroed): CPU, GPU or hybrid as the options say. false after printing
+ * the error. */
+bool cli_gen_open_session(cli_gen_ctx *c, const cli_gen_opts *o);
+/* The executor parameters the options and c's topology/profile imply. */
+void cli_gen_executor_params(const cli_gen_opts *o, const cli_gen_ctx *c, tdm_executor_params *p);
 
 /* Tokenises text (specials parsed when parse_special) into a fresh array
  * (*ids, caller frees). false after printing the error. */

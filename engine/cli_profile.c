@@ -22,6 +22,7 @@ const char tdm_cli_profile_help[] =
     "record which experts a text routes to and write an expert-usage profile\n"
     "usage: tandem profile [-m MODEL] (--text-file F | --prompts F.jsonl) -o PROFILE.json\n"
     "                      [--tokens N] [--ctx N] [--dump-routing FILE] [--source TEXT]\n"
+    "                      [--device cpu|cuda|auto]\n"
     "       tandem profile merge [-m MODEL] A.json B.json [...] -o C.json\n"
     "  -m MODEL          GGUF model (default: the demo model)\n"
     "  --text-file F     plain text (control tokens like <|im_start|> are parsed),\n"
@@ -35,6 +36,8 @@ const char tdm_cli_profile_help[] =
     "  --ctx N           context size: the text window / prompt + generation (default 512)\n"
     "  --dump-routing F  also write every routing decision, token-major (for cachesim)\n"
     "  --source TEXT     description stored in the profile (default: the input path)\n"
+    "  --device D        where the model runs (default cpu; cuda needs the whole model in VRAM;\n"
+    "                    the routing is read back after every MoE layer there)\n"
     "  -o PROFILE.json   output\n"
     "merge: adds the counts of profiles made on the same model; a profile of another\n"
     "model is refused (with -m, every input must match MODEL).\n";
@@ -286,7 +289,7 @@ static tdm_status run_prompts(prof_run *r, const char *path, int32_t gen, int32_
     return st;
 }
 
-static tdm_status run_setup(prof_run *r, const char *model, int32_t n_ctx, const char *dump,
+static tdm_status run_setup(prof_run *r, const char *model, int32_t n_ctx, tdm_device dev, const char *dump,
                             const char *source, tdm_error *err)
 {
     tdm_model_id id;
@@ -296,7 +299,7 @@ static tdm_status run_setup(prof_run *r, const char *model, int32_t n_ctx, const
         (st = tdm_profile_model_id(tdm_model_gguf(r->model), &id, err)) ||
         (st = tdm_profile_new(&id, &r->prof, err)) ||
         (st = tdm_profile_set_source(r->prof, source, err)) ||
-        (st = tdm_session_new(r->model, n_ctx, &r->sess, err)))
+        (st = tdm_session_new_device(r->model, n_ctx, dev, &r->sess, err)))
         return st;
     if (tdm_model_hparams(r->model)->n_layer != id.n_layer)
         return tdm_error_set(err, TDM_ERR_FORMAT, "model has %d layers, its metadata %d",
@@ -403,6 +406,7 @@ int tdm_cli_profile(int argc, char **argv)
     const char *model = NULL, *text = NULL, *prompts = NULL, *out = NULL, *dump = NULL;
     const char *source = NULL;
     int32_t tokens = -1, n_ctx = 512;
+    tdm_device dev = TDM_DEVICE_CPU;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -424,6 +428,8 @@ int tdm_cli_profile(int argc, char **argv)
             ok = tdm_cli_parse_i32(v, 0, INT32_MAX, &tokens);
         } else if (!strcmp(a, "--ctx")) {
             ok = tdm_cli_parse_i32(v, 2, INT32_MAX, &n_ctx);
+        } else if (!strcmp(a, "--device")) {
+            ok = tdm_device_parse(v, &dev);
         } else {
             ok = false;
         }
@@ -441,7 +447,7 @@ int tdm_cli_profile(int argc, char **argv)
     }
     prof_run r = {0};
     tdm_error err;
-    tdm_status st = run_setup(&r, model ? model : tdm_cli_default_model(), n_ctx, dump,
+    tdm_status st = run_setup(&r, model ? model : tdm_cli_default_model(), n_ctx, dev, dump,
                               source ? source : text ? text : prompts, &err);
     if (!st && text)
         st = run_text(&r, text, tokens > 0 ? tokens : 0, n_ctx, &err);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_gen.h"
 #include "generate.h"
 #include "model.h"
 #include "server.h"
@@ -29,6 +30,9 @@ const char tdm_cli_serve_help[] =
     "  --max-thinking-tokens N   default thinking budget (default: none)\n"
     "  --grace-tokens N          tokens allowed to finish a sentence cut by max_tokens (64)\n"
     "  --model-name NAME         id shown by /v1/models (default: the file name)\n"
+    "Threads and the hybrid executor (routed experts in a VRAM cache + CPU pool) as in tandem run;\n"
+    "--profile-save is written at shutdown:\n"
+    CLI_GEN_HYBRID_HELP
     "Requests are queued and served one at a time. Stop with Ctrl-C / SIGTERM.\n";
 
 
@@ -51,7 +55,9 @@ int tdm_cli_serve(int argc, char **argv)
     const char *env_key = getenv("TANDEM_API_KEY");
     cfg.api_key = env_key && *env_key ? env_key : NULL;
     long ctx = 0, v = 0;
-    tdm_device device = TDM_DEVICE_AUTO;
+    cli_gen_opts go;
+    cli_gen_opts_init(&go);
+    go.model = model_path;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -60,8 +66,9 @@ int tdm_cli_serve(int argc, char **argv)
             fprintf(stderr, "tandem serve: %s needs a value\n", a);
             return 2;
         }
+        bool ok = true;
         if (!strcmp(a, "--model")) {
-            model_path = val;
+            go.model = model_path = val;
         } else if (!strcmp(a, "--host")) {
             cfg.host = val;
         } else if (!strcmp(a, "--port") && tdm_cli_parse_long(val, 0, 65535, &v)) {
@@ -76,7 +83,9 @@ int tdm_cli_serve(int argc, char **argv)
             cfg.allow_hosts[cfg.n_allow_hosts++] = val;
         } else if (!strcmp(a, "--ctx") && tdm_cli_parse_long(val, 16, INT32_MAX, &v)) {
             ctx = v;
-        } else if (!strcmp(a, "--device") && tdm_device_parse(val, &device)) {
+        } else if (!strcmp(a, "--device") && tdm_device_parse(val, &go.device)) {
+            /* parsed */
+        } else if (cli_gen_cache_option(a, val, &go, &ok) && ok) {
             /* parsed */
         } else if (!strcmp(a, "--max-body")) {
             uint64_t sz;
@@ -102,6 +111,8 @@ int tdm_cli_serve(int argc, char **argv)
         }
         i++;
     }
+    if (cli_gen_check(&go, "serve"))
+        return 2;
     char name[256];
     bool named = false;
     for (int i = 1; i + 1 < argc; i += 2)
@@ -121,15 +132,24 @@ int tdm_cli_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     tdm_error err = {0};
-    tdm_model *m = NULL;
+    cli_gen_ctx c = {0};
     tdm_generator *gen = NULL;
     tdm_server *srv = NULL;
-    if (tdm_model_load(model_path, &m, &err) != TDM_OK ||
-        tdm_generator_new(m, (int32_t)ctx, device, &gen, &err) != TDM_OK ||
-        tdm_server_start(&cfg, gen, &srv, &err) != TDM_OK) {
+    if (tdm_model_load(model_path, &c.model, &err) != TDM_OK) {
+        fprintf(stderr, "tandem serve: %s\n", err.msg);
+        return 1;
+    }
+    go.ctx = ctx > 0 ? (int32_t)ctx : tdm_generator_default_ctx(c.model);
+    if (!cli_gen_open_session(&c, &go)) {
+        cli_gen_close(&c);
+        return 1;
+    }
+    tdm_status st = tdm_generator_new_session(c.model, c.sess, &gen, &err);
+    c.sess = NULL; /* the generator owns it now, also after a failure */
+    if (st != TDM_OK || tdm_server_start(&cfg, gen, &srv, &err) != TDM_OK) {
         fprintf(stderr, "tandem serve: %s\n", err.msg);
         tdm_generator_free(gen);
-        tdm_model_free(m);
+        cli_gen_close(&c);
         return 1;
     }
     const char *h = cfg.host ? cfg.host : "127.0.0.1";
@@ -142,7 +162,8 @@ int tdm_cli_serve(int argc, char **argv)
     sigwait(&stop_set, &sig);
     fprintf(stderr, "tandem serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     tdm_server_stop(srv);
+    const bool saved = cli_gen_finish(&c, &go); /* before the session (and its executor) goes */
     tdm_generator_free(gen);
-    tdm_model_free(m);
-    return 0;
+    cli_gen_close(&c);
+    return saved ? 0 : 1;
 }

@@ -200,24 +200,44 @@ static double now_seconds(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+int32_t tdm_generator_default_ctx(const tdm_model *m)
+{
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    return hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+}
+
 tdm_status tdm_generator_new(tdm_model *m, int32_t n_ctx, tdm_device dev, tdm_generator **out, tdm_error *err)
 {
     *out = NULL;
     if (!m)
         return tdm_error_set(err, TDM_ERR_INVALID, "generator: no model");
+    tdm_session *sess = NULL;
+    tdm_status st = tdm_session_new_device(m, n_ctx > 0 ? n_ctx : tdm_generator_default_ctx(m), dev, &sess, err);
+    if (st)
+        return tdm_error_wrap(err, "generator");
+    return tdm_generator_new_session(m, sess, out, err);
+}
+
+tdm_status tdm_generator_new_session(tdm_model *m, tdm_session *sess, tdm_generator **out, tdm_error *err)
+{
+    *out = NULL;
+    if (!m || !sess || tdm_session_model(sess) != m) {
+        tdm_session_free(sess);
+        return tdm_error_set(err, TDM_ERR_INVALID, "generator: no model, or a session of another model");
+    }
     const tdm_hparams *hp = tdm_model_hparams(m);
-    if (n_ctx <= 0)
-        n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    const int32_t n_ctx = tdm_session_n_ctx(sess);
     tdm_generator *g = calloc(1, sizeof *g);
-    if (!g)
+    if (!g) {
+        tdm_session_free(sess);
         return tdm_error_set(err, TDM_ERR_OOM, "generator");
+    }
     g->m = m;
+    g->sess = sess;
     g->n_ctx = n_ctx;
     g->n_vocab = hp->n_vocab;
     g->recurrent = hp->n_rec_layers > 0;
     tdm_status st = tdm_tokenizer_load(tdm_model_gguf(m), &g->tk, err);
-    if (st == TDM_OK)
-        st = tdm_session_new_device(m, n_ctx, dev, &g->sess, err);
     if (st != TDM_OK) {
         tdm_generator_free(g);
         return tdm_error_wrap(err, "generator");

@@ -109,6 +109,11 @@ typedef struct tdm_gen_result {
  * min(n_ctx_train, 4096). dev: where the forward runs (session.h; AUTO =
  * the GPU when one is visible). */
 tdm_status tdm_generator_new(tdm_model *m, int32_t n_ctx, tdm_device dev, tdm_generator **out, tdm_error *err);
+/* The same on a session made by the caller (e.g. a hybrid one, session.h),
+ * which the generator owns from now on (freed on failure too). */
+tdm_status tdm_generator_new_session(tdm_model *m, tdm_session *sess, tdm_generator **out, tdm_error *err);
+/* The context tdm_generator_new picks for n_ctx <= 0. */
+int32_t tdm_generator_default_ctx(const tdm_model *m);
 void tdm_generator_free(tdm_generator *g);
 int32_t tdm_generator_n_ctx(const tdm_generator *g);
 

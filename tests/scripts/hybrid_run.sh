@@ -41,5 +41,9 @@ for bad in "--hybrid-emulate" "--cache-experts 5" "--hybrid-emulate --cache-expe
     # shellcheck disable=SC2086
     if run $bad >/dev/null 2>&1; then echo "FAIL accepted: $bad"; fail=1; fi
 done
+# serve takes the same group of options (checked before anything loads)
+if timeout 20 "$T" serve --device cpu --cache-experts 4 >/dev/null 2>"$tmp/err.txt"; then echo "FAIL serve accepted"; fail=1; fi
+grep -q "need the GPU" "$tmp/err.txt" || { echo "FAIL serve message: $(cat "$tmp/err.txt")"; fail=1; }
+if timeout 20 "$T" serve --threads 0 >/dev/null 2>&1; then echo "FAIL serve --threads 0 accepted"; fail=1; fi
 [ $fail = 0 ] && echo "hybrid_run: ok"
 exit $fail
