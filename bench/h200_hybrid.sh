@@ -55,9 +55,8 @@ if [ ! -s "$UNIF" ] || [ "${FORCE_SYNTH:-0}" = 1 ]; then
     step synth-unif 180 "$BUILD/tools/synth" --preset qwen35-35b-a3b --route-skew 0 -o "$UNIF"
 fi
 
-# expert profile of the skewed model: tandem profile runs the CPU forward (no --device), so 512
-# tokens (one --ctx 512 window) rather than 1024
-step profile 240 "$T" profile -m "$SKEW" --text-file profiles/corpus/prose.txt -o "$PROF" --tokens 512
+# expert profile of the skewed model, on the GPU (the whole model fits the H200)
+step profile 240 "$T" profile -m "$SKEW" --device cuda --text-file profiles/corpus/prose.txt -o "$PROF" --tokens 2048
 
 common=(--device cuda --prompt 512 --gen 64)
 # a) uniform routing: hit rate = cached fraction whatever the fill; Zipf s=0 for the projection
