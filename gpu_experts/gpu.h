@@ -91,10 +91,10 @@ tdm_status tdm_gpu_elapsed_ms(tdm_gpu *g, int from, int to, float *ms, tdm_error
 /* Launch-shape choices (performance only: every choice computes the same
  * values and the tests run all of them). 0 = the built-in choice. */
 typedef struct tdm_gpu_tuning {
-    int matvec_wpr;  /* warps sharing one matvec row: 1, 2 or 4 */
-    int matvec_rows; /* rows per warp for 3-8 tokens: 1 or 2 */
-    int moe_split;  /* fused MoE: warps sharing one row (gate_up) / one row's
-                       experts (down): 1 or 4 */
+    int matvec_wpr;  /* warps sharing one matvec row: 1, 2 or 4 (quantised
+                        formats: rows of >= 32 units only) */
+    int matvec_rows; /* rows per lane for 3-8 tokens: 1 or 2 */
+    int moe_split;   /* fused MoE: warps sharing one output row: 1 or 4 */
     int deltanet_chunk_min; /* DeltaNet: batches of at least this many tokens run
                                the chunked form (1 = always; 16 built in) */
 } tdm_gpu_tuning;
@@ -111,7 +111,9 @@ bool tdm_gpu_type_supported(tdm_qtype t);
 /* Decode products, 1..8 tokens: y[t][r] = (accumulate ? y[t][r] : 0) + W[r] . x[t]
  * for r < rows, t < ntok. w: [rows] rows of k elements of type wt; x: [ntok][k];
  * y: [ntok][rows]. k must be a multiple of the type's block (8 for F32/F16/BF16).
- * Activations stay float32 (see docs/GPU.md). */
+ * Quantised formats multiply int8 activations (x quantised per 32 elements
+ * on the device, dp4a; error bound in docs/GPU.md); F32/F16/BF16 keep x in
+ * float32. */
 tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows, int64_t k,
                           const float *x, int ntok, float *y, bool accumulate, tdm_error *err);
 
@@ -266,7 +268,8 @@ int64_t tdm_gpu_moe_h_stride(const tdm_gpu_moe_layer *L);
 
 /* ONE launch: h[t][i] = silu(Gate_e x[t]) * Up_e x[t] for every selected
  * expert e = ids[t][i] that is resident, plus the shared expert into h[t][k].
- * x: [ntok][n_embd]; ids: [ntok][k]; h: [ntok][k + (shared ? 1 : 0)][h_stride]. */
+ * x: [ntok][n_embd]; ids: [ntok][k], k <= 32; h: [ntok][k + (shared ? 1 : 0)][h_stride].
+ * Both fused launches multiply int8 activations (x, h) as tdm_gpu_matvec. */
 tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
                                const int32_t *ids, int64_t ntok, int64_t k, float *h,
                                tdm_error *err);

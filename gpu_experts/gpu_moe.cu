@@ -87,33 +87,49 @@ __device__ __forceinline__ const uint8_t *expert_base(const moe_args &a, int32_t
     return slot < 0 ? NULL : a.arena + (int64_t)slot * a.slot_bytes;
 }
 
-/* Sums v over the `split` warps that share a row (consecutive warps of the
+/* Sums v over the SPLIT warps that share a row (consecutive warps of the
  * block); valid in the group's first warp. Every thread must call it. */
-__device__ __forceinline__ float group_sum(float v, int split, float *red)
+template <int SPLIT> __device__ __forceinline__ float group_sum(float v, float *red)
 {
     v = tdm_warp_sum(v);
-    if (split == 1)
+    if (SPLIT == 1)
         return v;
     __syncthreads();
     if ((threadIdx.x & 31) == 0)
         red[threadIdx.x >> 5] = v;
     __syncthreads();
-    int first = (threadIdx.x >> 5) / split * split;
+    int first = (threadIdx.x >> 5) / SPLIT * SPLIT;
     float s = 0.0f;
-    for (int w = 0; w < split; w++)
+    for (int w = 0; w < SPLIT; w++)
         s += red[first + w];
     return s;
 }
 
-/* Block = MOE_WARPS / split rows of gate and up for one selection (a
- * (token, rank) pair or the shared expert); `split` warps share a row. */
+/* Row pitch of the int8 activations: whole 128-byte swizzle groups. */
+__host__ __device__ __forceinline__ int moe_pitch(int chunk) { return (chunk + 127) & ~127; }
+
+/* Byte offset of element k0 (a block boundary) in a row of type g. */
+__device__ __forceinline__ int64_t chunk_off(const tdm_geom &g, int64_t k0)
+{
+    return k0 / g.blk * g.bytes;
+}
+
+/* Block = MOE_TILE rows of gate and up for one selection (a (token, rank)
+ * pair or the shared expert). The block quantises the token's x into
+ * shared memory (a chunk of n_embd at a time), then each group of SPLIT
+ * warps takes one row per pass: its lanes split the row's units. */
+template <int SPLIT>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
     moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int32_t *__restrict__ ids,
-                       int k, int ntok, float *__restrict__ h, int split)
+                       int k, int ntok, float *__restrict__ h, int chunk)
 {
+    extern __shared__ __align__(128) int4 moe_smem[]; /* q [pitch] int8, s [pitch / 32] */
     __shared__ float red[MOE_WARPS];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int row = blockIdx.x * (MOE_WARPS / split) + warp / split, sel = blockIdx.y, t, rank;
+    int pitch = moe_pitch(chunk);
+    int8_t *xq8 = (int8_t *)moe_smem;
+    uint2 *xs = (uint2 *)(xq8 + pitch);
+    tdm_xq xq = {xq8, xs, pitch};
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sel = blockIdx.y, t, rank;
     const uint8_t *gw, *uw;
     int gtype, utype, n_ff;
     if (sel < ntok * k) {
@@ -136,54 +152,142 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
         gtype = a.sh_gate_type;
         utype = a.sh_up_type;
     }
-    bool live = row < n_ff;
+    int tile0 = blockIdx.x * MOE_TILE;
+    if (tile0 >= n_ff)
+        return; /* the narrower of routed and shared n_ff */
     int64_t grb = sel < ntok * k ? a.gate_row_bytes : a.sh_gate_row_bytes;
     int64_t urb = sel < ntok * k ? a.up_row_bytes : a.sh_up_row_bytes;
+    int live_rows = n_ff - tile0 < MOE_TILE ? n_ff - tile0 : MOE_TILE;
+    tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
+    tdm_prefetch_l2(uw + tile0 * urb, live_rows * urb);
+    tdm_geom gg = tdm_geom_rt(gtype), ug = tdm_geom_rt(utype);
     const float *xt = x + (int64_t)t * a.n_embd;
-    int first = (warp % split) * 32 + lane, stride = 32 * split;
-    float gs = live ? tdm_row_dot_rt(gtype, gw + row * grb, a.units_embd, xt, first, stride) : 0.0f;
-    float us = live ? tdm_row_dot_rt(utype, uw + row * urb, a.units_embd, xt, first, stride) : 0.0f;
-    gs = group_sum(gs, split, red);
-    us = group_sum(us, split, red);
-    if (live && lane == 0 && warp % split == 0)
-        h[((int64_t)t * (k + a.has_shared) + rank) * a.h_stride + row] = tdm_silu(gs) * us;
+    int sub = (warp % SPLIT) * 32 + lane, nchunks = (a.n_embd + chunk - 1) / chunk;
+    for (int p = 0; p < MOE_TILE * SPLIT / MOE_WARPS; p++) {
+        int row = tile0 + p * (MOE_WARPS / SPLIT) + warp / SPLIT;
+        bool live = row < n_ff;
+        float gs = 0.0f, us = 0.0f;
+        for (int c = 0; c < nchunks; c++) {
+            int k0 = c * chunk, n = a.n_embd - k0 < chunk ? a.n_embd - k0 : chunk;
+            if (nchunks > 1 || p == 0) { /* one chunk: x stays for every pass */
+                __syncthreads();
+                tdm_xq_fill(xq8, xs, pitch, xt, 0, 1, k0, n & ~31);
+                __syncthreads();
+            }
+            if (live) {
+                gs += tdm_row_part_rt(gtype, gw + row * grb + chunk_off(gg, k0), sub, n / gg.unit,
+                                      32 * SPLIT, xq, xt + k0);
+                us += tdm_row_part_rt(utype, uw + row * urb + chunk_off(ug, k0), sub, n / ug.unit,
+                                      32 * SPLIT, xq, xt + k0);
+            }
+        }
+        gs = group_sum<SPLIT>(gs, red);
+        us = group_sum<SPLIT>(us, red);
+        if (live && lane == 0 && warp % SPLIT == 0)
+            h[((int64_t)t * (k + a.has_shared) + rank) * a.h_stride + row] = tdm_silu(gs) * us;
+    }
 }
 
-/* Block = MOE_WARPS / split output rows of one token; the `split` warps of a
- * row take its ranks r, r + split, ... (the shared expert is rank k), each
- * dot over a whole warp. */
+/* Items it = sub, sub + nsub, ... < n_items of one output row: rank
+ * r0 + it / nu, unit it % nu; rank r's weight row is base[r] + off (NULL:
+ * not resident) against its activations (int8 chunk r, float hf + r *
+ * h_stride). Adds wt[r] * partial dot to *acc. One type: the switch
+ * stays outside the loop. */
+template <int T>
+__device__ __forceinline__ void down_items(const uint8_t *const *base, const float *wt, int64_t off,
+                                           int r0, int nu, int n_items, int sub, int nsub,
+                                           const tdm_xq &xq, const float *hf, int64_t h_stride,
+                                           float *acc)
+{
+    for (int it = sub; it < n_items; it += nsub) {
+        int r = r0 + it / nu, u = it - (it / nu) * nu;
+        const uint8_t *b = base[r];
+        if (!b)
+            continue;
+        tdm_xq xr = {xq.q + r * xq.pitch, xq.s + r * (xq.pitch / 32), xq.pitch};
+        float part = 0.0f;
+        tdm_row_part<T>(b + off, u, u + 1, 1, xr, hf + r * h_stride, &part);
+        *acc += wt[r] * part;
+    }
+}
+
+/* Block = MOE_TILE output rows of one token. The block looks up the
+ * token's resident experts, quantises its k (+ shared) h rows into shared
+ * memory (a chunk of h_stride at a time), then each group of SPLIT warps
+ * takes one row per pass: its lanes split the (rank, unit) items of the
+ * row, so short rows (n_ff 512) still keep every lane busy. */
+template <int SPLIT>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
     moe_down_kernel(moe_args a, const float *__restrict__ h, const int32_t *__restrict__ ids,
                     const float *__restrict__ wts, int k, const float *add, float *y,
-                    int accumulate, int split)
+                    int accumulate, int chunk)
 {
+    extern __shared__ __align__(128) int4 moe_smem[]; /* q [nsel][pitch] int8, s [nsel][pitch / 32] */
     __shared__ float red[MOE_WARPS];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % split;
-    int row = blockIdx.x * (MOE_WARPS / split) + warp / split, t = blockIdx.y;
-    bool live = row < a.n_embd;
-    const float *ht = h + (int64_t)t * (k + a.has_shared) * a.h_stride;
-    float acc = 0.0f;
-    for (int r = sub; live && r < k; r += split) {
-        const uint8_t *base = expert_base(a, ids[(int64_t)t * k + r]);
-        if (!base)
-            continue;
-        const uint8_t *dw = base + a.down_off + (int64_t)row * a.down_row_bytes;
-        acc += wts[(int64_t)t * k + r] *
-               tdm_row_dot_rt(a.down_type, dw, a.units_ff, ht + (int64_t)r * a.h_stride, lane, 32);
+    __shared__ const uint8_t *base[MOE_MAX_K + 1];
+    __shared__ float wt[MOE_MAX_K + 1];
+    int nsel = k + a.has_shared, t = blockIdx.y;
+    int pitch = moe_pitch(chunk);
+    int8_t *xq8 = (int8_t *)moe_smem;
+    uint2 *xs = (uint2 *)(xq8 + nsel * pitch);
+    tdm_xq xq = {xq8, xs, pitch};
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tile0 = blockIdx.x * MOE_TILE;
+    int live_rows = a.n_embd - tile0 < MOE_TILE ? a.n_embd - tile0 : MOE_TILE;
+    for (int r = threadIdx.x; r < nsel; r += blockDim.x) {
+        const uint8_t *b;
+        if (r < k) {
+            b = expert_base(a, ids[(int64_t)t * k + r]);
+            b = b ? b + a.down_off : NULL;
+            wt[r] = wts[(int64_t)t * k + r];
+        } else {
+            b = a.sh_down;
+            wt[r] = a.sh_logit ? tdm_sigmoid(a.sh_logit[t]) : 1.0f;
+        }
+        base[r] = b;
     }
-    if (live && a.has_shared && sub == k % split) {
-        float sg = a.sh_logit ? tdm_sigmoid(a.sh_logit[t]) : 1.0f;
-        const uint8_t *dw = a.sh_down + (int64_t)row * a.sh_down_row_bytes;
-        acc += sg * tdm_row_dot_rt(a.sh_down_type, dw, a.sh_units_ff,
-                                   ht + (int64_t)k * a.h_stride, lane, 32);
+    __syncthreads();
+    for (int r = 0; r < nsel; r++) {
+        int64_t rb = r < k ? a.down_row_bytes : a.sh_down_row_bytes;
+        if (base[r])
+            tdm_prefetch_l2(base[r] + tile0 * rb, live_rows * rb);
     }
-    acc = group_sum(acc, split, red);
-    if (live && lane == 0 && sub == 0) {
-        int64_t i = (int64_t)t * a.n_embd + row;
-        float v = accumulate ? y[i] : 0.0f;
-        if (add)
-            v += add[i];
-        y[i] = v + acc;
+    tdm_geom dg = tdm_geom_rt(a.down_type), sg = tdm_geom_rt(a.sh_down_type);
+    const float *ht = h + (int64_t)t * nsel * a.h_stride;
+    int sub = (warp % SPLIT) * 32 + lane, nchunks = (int)((a.h_stride + chunk - 1) / chunk);
+    for (int p = 0; p < MOE_TILE * SPLIT / MOE_WARPS; p++) {
+        int row = tile0 + p * (MOE_WARPS / SPLIT) + warp / SPLIT;
+        bool live = row < a.n_embd;
+        float acc = 0.0f;
+        for (int c = 0; c < nchunks; c++) {
+            int k0 = c * chunk, n = a.h_stride - k0 < chunk ? (int)(a.h_stride - k0) : chunk;
+            if (nchunks > 1 || p == 0) {
+                __syncthreads();
+                tdm_xq_fill(xq8, xs, pitch, ht, a.h_stride, nsel, k0, n & ~31);
+                __syncthreads();
+            }
+            if (!live)
+                continue;
+            int nr = a.n_ff > k0 ? (a.n_ff - k0 < n ? a.n_ff - k0 : n) / dg.unit : 0;
+            int64_t off = row * a.down_row_bytes + chunk_off(dg, k0);
+            TDM_QT_DISPATCH(a.down_type, (down_items<QTYPE>(base, wt, off, 0, nr, k * nr, sub,
+                                                             32 * SPLIT, xq, ht + k0, a.h_stride,
+                                                             &acc)));
+            if (a.has_shared) {
+                int ns = a.sh_n_ff > k0 ? (a.sh_n_ff - k0 < n ? a.sh_n_ff - k0 : n) / sg.unit : 0;
+                off = row * a.sh_down_row_bytes + chunk_off(sg, k0);
+                TDM_QT_DISPATCH(a.sh_down_type,
+                                (down_items<QTYPE>(base, wt, off, k, ns, ns, sub, 32 * SPLIT, xq,
+                                                   ht + k0, a.h_stride, &acc)));
+            }
+        }
+        acc = group_sum<SPLIT>(acc, red);
+        if (live && lane == 0 && warp % SPLIT == 0) {
+            int64_t i = (int64_t)t * a.n_embd + row;
+            float v = accumulate ? y[i] : 0.0f;
+            if (add)
+                v += add[i];
+            y[i] = v + acc;
+        }
     }
 }
 
@@ -224,9 +328,10 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
     const tdm_gpu_expert_table *tb = L->table;
     TDM_REQUIRE(err, tb->n_expert > 0 && tb->n_expert <= INT32_MAX && L->layer >= 0,
                 "gpu moe: n_expert=%lld layer=%lld", (long long)tb->n_expert, (long long)L->layer);
-    TDM_REQUIRE(err, k >= 1 && k <= tb->n_expert && ntok >= 1 && ntok * (k + 1) <= 65535,
-                "gpu moe: ntok=%lld k=%lld (at most 65535 selections per launch)",
-                (long long)ntok, (long long)k);
+    TDM_REQUIRE(err, k >= 1 && k <= tb->n_expert && k <= MOE_MAX_K && ntok >= 1 &&
+                         ntok * (k + 1) <= 65535,
+                "gpu moe: ntok=%lld k=%lld (k <= %d, at most 65535 selections per launch)",
+                (long long)ntok, (long long)k, MOE_MAX_K);
     memset(a, 0, sizeof *a);
     a->slot_of = tb->slot_of + L->layer * tb->n_expert;
     a->n_expert = (int32_t)tb->n_expert;
@@ -267,6 +372,23 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
     return TDM_OK;
 }
 
+/* Activation chunk (elements) of a launch quantising `rows` vectors of n
+ * elements per block: the whole row when it fits MOE_XQ_ELEMS, else block
+ * multiples; padded to whole groups of 32. */
+static int moe_chunk(int64_t n, int64_t rows)
+{
+    int64_t cap = MOE_XQ_ELEMS / rows / 256 * 256;
+    if (cap < 256)
+        cap = 256;
+    return (int)(n <= cap ? (n + 31) / 32 * 32 : cap);
+}
+
+static size_t moe_smem_bytes(int chunk, int64_t rows)
+{
+    int pitch = moe_pitch(chunk);
+    return (size_t)rows * pitch + (size_t)rows * (pitch / 32) * sizeof(uint2);
+}
+
 extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
                                           const int32_t *ids, int64_t ntok, int64_t k, float *h,
                                           tdm_error *err)
@@ -275,10 +397,15 @@ extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L
     MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
     TDM_REQUIRE(err, x && ids && h, "gpu moe_gate_up: NULL argument");
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu moe_gate_up: x must be 16-byte aligned");
-    int split = g->tune.moe_split ? g->tune.moe_split : MOE_SPLIT_DEFAULT;
-    dim3 grid(tdm_cdiv(a.h_stride, MOE_WARPS / split), (unsigned)(ntok * (k + a.has_shared)));
-    moe_gate_up_kernel<<<grid, MOE_WARPS * 32, 0, g->stream>>>(a, x, ids, (int)k, (int)ntok, h,
-                                                               split);
+    int chunk = moe_chunk(a.n_embd, 1);
+    dim3 grid(tdm_cdiv(a.h_stride, MOE_TILE), (unsigned)(ntok * (k + a.has_shared)));
+    size_t smem = moe_smem_bytes(chunk, 1);
+    if (g->tune.moe_split == 4)
+        moe_gate_up_kernel<4><<<grid, MOE_WARPS * 32, smem, g->stream>>>(a, x, ids, (int)k,
+                                                                          (int)ntok, h, chunk);
+    else
+        moe_gate_up_kernel<1><<<grid, MOE_WARPS * 32, smem, g->stream>>>(a, x, ids, (int)k,
+                                                                          (int)ntok, h, chunk);
     TDM_LAUNCHED(err, "moe_gate_up_kernel");
     return TDM_OK;
 }
@@ -293,10 +420,16 @@ extern "C" tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, c
     TDM_REQUIRE(err, h && ids && weights && y, "gpu moe_down: NULL argument");
     TDM_REQUIRE(err, ((uintptr_t)h & 15) == 0 && a.h_stride % 4 == 0,
                 "gpu moe_down: h must be 16-byte aligned with a stride multiple of 4");
-    int split = g->tune.moe_split ? g->tune.moe_split : MOE_SPLIT_DEFAULT;
-    dim3 grid(tdm_cdiv(a.n_embd, MOE_WARPS / split), (unsigned)ntok);
-    moe_down_kernel<<<grid, MOE_WARPS * 32, 0, g->stream>>>(a, h, ids, weights, (int)k, add, y,
-                                                           accumulate ? 1 : 0, split);
+    int64_t nsel = k + a.has_shared;
+    int chunk = moe_chunk(a.h_stride, nsel);
+    dim3 grid(tdm_cdiv(a.n_embd, MOE_TILE), (unsigned)ntok);
+    size_t smem = moe_smem_bytes(chunk, nsel);
+    if (g->tune.moe_split == 4)
+        moe_down_kernel<4><<<grid, MOE_WARPS * 32, smem, g->stream>>>(
+            a, h, ids, weights, (int)k, add, y, accumulate ? 1 : 0, chunk);
+    else
+        moe_down_kernel<1><<<grid, MOE_WARPS * 32, smem, g->stream>>>(
+            a, h, ids, weights, (int)k, add, y, accumulate ? 1 : 0, chunk);
     TDM_LAUNCHED(err, "moe_down_kernel");
     return TDM_OK;
 }

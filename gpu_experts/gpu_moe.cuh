@@ -1,23 +1,27 @@
 /* gpu_moe: router (softmax, top-k, renormalise) and the two fused MoE
  * launches. Private to gpu_experts/.
  *
+ * Both fused launches read weights with the dp4a path of gpu_quant.cuh:
+ * each block quantises its activations (x of one token, or the token's k +
+ * shared h rows) to int8 in shared memory once, then computes MOE_TILE rows.
  * gate_up: grid (row tiles of n_ff, selections); a selection is one
- * (token, rank) pair, or the token's shared expert; `split` warps (1 or 4)
- * compute one row of gate and up for that selection and write silu(g) * u.
- * down: grid (row tiles of n_embd, tokens); for one output row the `split`
- * warps share the token's resident selections (rank r to warp r % split),
- * add the gated shared expert, `add` and the old y, and write the row once.
- * An expert id outside 0..n_expert-1 counts as not resident.
+ * (token, rank) pair, or the token's shared expert; a group of `split`
+ * warps (1 or 4) computes one row of gate and up per pass and writes
+ * silu(g) * u. down: grid (row tiles of n_embd, tokens); for one output row
+ * the lanes of a group share the (rank, unit) items of every resident
+ * selection and the gated shared expert, then add `add` and the old y and
+ * write the row once. An expert id outside 0..n_expert-1 counts as not
+ * resident. Any ntok works; each block serves one token.
  */
 #ifndef TDM_GPU_MOE_CUH
 #define TDM_GPU_MOE_CUH
 
 #include "gpu_common.cuh"
 
-#define MOE_WARPS 4
-/* warps sharing a row by default (tdm_gpu_tuning.moe_split): 1 measured faster on the H200
- * (36.4 vs 45.8 us per Qwen3.5 layer, bench/results/gpu_kernels.json) */
-#define MOE_SPLIT_DEFAULT 1
+#define MOE_WARPS 8
+#define MOE_TILE 16          /* rows per block: amortises the activation quantisation */
+#define MOE_MAX_K 32         /* selected experts per token */
+#define MOE_XQ_ELEMS 16384   /* int8 activations a block holds (a chunk per selection) */
 #define ROUTER_MAX_EXPERTS 1024
 #define ROUTER_MAX_K 32
 

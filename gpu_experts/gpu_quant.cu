@@ -1,10 +1,69 @@
-/* gpu_quant: quantised matrix-vector (decode, 1..8 tokens) and matrix-matrix
- * (prompt: dequantise to fp16 + cuBLAS) products over the gpu_quant.cuh table. */
+/* gpu_quant: quantised matrix-vector (decode, 1..8 tokens: dp4a against
+ * int8 activations for the quantised formats, float for F32/F16/BF16) and
+ * matrix-matrix (prompt: dequantise to fp16 + cuBLAS) products over the
+ * gpu_quant.cuh table. */
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "gpu_quant.cuh"
+#include "gpu_test_hooks.h"
 
-#define MV_WARPS 4
+#define MVF_WARPS 4 /* float path: warps per block */
+#define MVQ_WARPS 8 /* int8 path: warps per block (they share one quantised x) */
+/* int8 path: resident blocks per SM asked of ptxas (<= 80 registers; 2 for
+ * 8 tokens x 2 rows; without the bound ptxas capped some instantiations at
+ * 48-64 registers and spilled), and the grid cap (more blocks would only
+ * quantise x again) */
+#define MVQ_BLOCKS_PER_SM 3
+#define MV_XQ_ELEMS 16384   /* int8 activations a block holds: ntok x chunk of k */
+
+/* Sums the partials of each row over its lpr lanes (shuffles) and wpr warps
+ * (shared memory; wpr > 1 only with lpr = 32), then the row's first lane in
+ * the group's first warp stores y. Every thread of the block calls it. */
+template <int NT, int R, int W>
+__device__ __forceinline__ void mv_reduce_store(float (*acc)[NT], float (*red)[NT][W], int lpr,
+                                                int wpr, int64_t row0, int nrows, int64_t rows,
+                                                int ntok, float *y, int accumulate)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            for (int o = lpr >> 1; o > 0; o >>= 1)
+                acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
+    if (wpr > 1) {
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    red[r][t][warp] = acc[r][t];
+        __syncthreads();
+        if (lane == 0 && warp % wpr == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    float s = 0.0f;
+                    for (int i = 0; i < wpr; i++)
+                        s += red[r][t][warp + i];
+                    acc[r][t] = s;
+                }
+        __syncthreads(); /* red is reused by the next tile */
+    }
+    if ((lane & (lpr - 1)) != 0 || warp % wpr != 0)
+        return;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < ntok && r < nrows) {
+                float *dst = y + t * rows + row0 + r;
+                *dst = accumulate ? *dst + acc[r][t] : acc[r][t];
+            }
+}
 
 bool tdm_gpu_qt_geometry(tdm_qtype t, int *blk, int *bytes)
 {
@@ -19,19 +78,20 @@ extern "C" bool tdm_gpu_type_supported(tdm_qtype t)
     return tdm_gpu_qt_geometry(t, &blk, &bytes);
 }
 
-/* A block of MV_WARPS warps computes (MV_WARPS / wpr) * R rows: the wpr
- * warps of a row group split its units (so short and few rows still fill the
- * GPU) and meet in shared memory; each warp carries R rows so that one
- * activation load serves R rows (what limits 3-8 tokens). */
+/* ---- float-activation matvec (F32, F16, BF16) ----
+ * A block of MVF_WARPS warps computes (MVF_WARPS / wpr) * R rows: the wpr
+ * warps of a row group split its units (so short and few rows still fill
+ * the GPU) and meet in shared memory; each warp carries R rows so that one
+ * activation load serves R rows. */
 template <int T, int NT, int R>
-__global__ void __launch_bounds__(MV_WARPS * 32)
-    matvec_kernel(const uint8_t *__restrict__ w, int64_t row_bytes, int64_t rows, int units,
-                  const float *__restrict__ x, int ntok, float *__restrict__ y, int accumulate,
-                  int wpr)
+__global__ void __launch_bounds__(MVF_WARPS * 32)
+    matvec_f_kernel(const uint8_t *__restrict__ w, int64_t row_bytes, int64_t rows, int units,
+                    const float *__restrict__ x, int ntok, float *__restrict__ y, int accumulate,
+                    int wpr)
 {
-    __shared__ float red[R][NT][MV_WARPS];
+    __shared__ float red[R][NT][MVF_WARPS];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % wpr;
-    int64_t row0 = ((int64_t)blockIdx.x * (MV_WARPS / wpr) + warp / wpr) * R;
+    int64_t row0 = ((int64_t)blockIdx.x * (MVF_WARPS / wpr) + warp / wpr) * R;
     int nrows = rows - row0 < R ? (int)(rows - row0) : R;
     float acc[R][NT];
 #pragma unroll
@@ -42,29 +102,60 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     if (nrows > 0)
         tdm_rows_dot_part<T, NT, R>(w + row0 * row_bytes, row_bytes, nrows, units, x,
                                     8 * (int64_t)units, ntok, sub * 32 + lane, 32 * wpr, acc);
+    mv_reduce_store<NT, R, MVF_WARPS>(acc, red, 32, wpr, row0, nrows, rows, ntok, y, accumulate);
+}
+
+/* ---- int8-activation matvec (quantised formats, dp4a) ----
+ * The block quantises x (all tokens, a chunk of k at a time) into shared
+ * memory once and then walks row tiles (grid-stride, so the quantisation is
+ * amortised over many rows of large matrices). In a tile, lpr lanes of a
+ * warp share one row (short rows: 32 / lpr rows side by side), or wpr whole
+ * warps share it (long rows); every lane carries R rows so that one shared
+ * activation load serves R rows. A lane decodes whole units (1-2 groups of
+ * 32) with wide loads and one scale decode per group. */
+template <int T, int NT, int R>
+__global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_PER_SM)
+    matvec_q8_kernel(const uint8_t *__restrict__ w, int64_t row_bytes, int64_t rows, int64_t k,
+                     const float *__restrict__ x, int ntok, float *__restrict__ y, int accumulate,
+                     int lpr_log2, int wpr, int chunk)
+{
+    using Q = QT<T>;
+    extern __shared__ __align__(128) int4 mv_smem[]; /* q [ntok][pitch] int8, s [ntok][pitch / 32] */
+    __shared__ float red[R][NT][MVQ_WARPS];
+    int pitch = (chunk + 127) & ~127;
+    int8_t *xq8 = (int8_t *)mv_smem;
+    uint2 *xs = (uint2 *)(xq8 + ntok * pitch);
+    tdm_xq xq = {xq8, xs, pitch};
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, lpr = 1 << lpr_log2;
+    int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = lpr * wpr;
+    int rows_group = (32 >> lpr_log2) * R; /* rows of one group of wpr warps */
+    int64_t tile_rows = (int64_t)(MVQ_WARPS / wpr) * rows_group;
+    int64_t ntiles = (rows + tile_rows - 1) / tile_rows;
+    int nchunks = (int)((k + chunk - 1) / chunk);
+    int64_t first = (int64_t)blockIdx.x * tile_rows;
+    tdm_prefetch_l2(w + first * row_bytes, (rows - first < tile_rows ? rows - first : tile_rows) * row_bytes);
+    for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        int64_t row0 = tile * tile_rows + (warp / wpr) * rows_group + (lane >> lpr_log2) * R;
+        int nrows = rows - row0 < R ? (int)(rows - row0) : R;
+        float acc[R][NT];
 #pragma unroll
-    for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float s = tdm_warp_sum(acc[r][t]);
-            if (lane == 0)
-                red[r][t][warp] = s;
-        }
-    __syncthreads();
-    if (lane == 0 && sub == 0) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                if (t < ntok && r < nrows) {
-                    float s = 0.0f;
-                    for (int i = 0; i < wpr; i++)
-                        s += red[r][t][warp + i];
-                    float *dst = y + t * rows + row0 + r;
-                    *dst = accumulate ? *dst + s : s;
-                }
+            for (int t = 0; t < NT; t++)
+                acc[r][t] = 0.0f;
+        for (int c = 0; c < nchunks; c++) {
+            int64_t k0 = (int64_t)c * chunk;
+            int n = k - k0 < chunk ? (int)(k - k0) : chunk;
+            if (nchunks > 1 || tile == blockIdx.x) { /* one chunk: x stays for every tile */
+                __syncthreads();
+                tdm_xq_fill(xq8, xs, pitch, x, k, ntok, k0, n);
+                __syncthreads();
             }
+            if (nrows > 0)
+                tdm_q8_rows_part<T, NT, R>(w + row0 * row_bytes + k0 / Q::BLK * Q::BYTES, row_bytes,
+                                           nrows, sub, n / Q::UNIT, nsub, xq, ntok, acc);
         }
+        mv_reduce_store<NT, R, MVQ_WARPS>(acc, red, lpr, wpr, row0, nrows, rows, ntok, y, accumulate);
     }
 }
 
@@ -79,26 +170,77 @@ static int auto_wpr(int64_t groups, int units, int sm_count)
     return wpr;
 }
 
-#define MV_LAUNCH(NT, R)                                                                        \
-    matvec_kernel<T, NT, R><<<tdm_cdiv(rows, (MV_WARPS / wpr) * R), MV_WARPS * 32, 0, st>>>(    \
-        w, row_bytes, rows, units, x, ntok, y, acc, wpr)
+/* One launch's shape, chosen on the host. */
+typedef struct mv_plan {
+    const uint8_t *w;
+    int64_t row_bytes, rows, k;
+    const float *x;
+    int ntok;
+    float *y;
+    int acc, wpr, rpw;
+    int lpr_log2, chunk; /* int8 path */
+    unsigned grid;
+    size_t smem;
+} mv_plan;
+
+#define MVF_LAUNCH(NT, R)                                                                     \
+    matvec_f_kernel<T, NT, R><<<tdm_cdiv(p->rows, (MVF_WARPS / p->wpr) * R), MVF_WARPS * 32, 0, \
+                                st>>>(p->w, p->row_bytes, p->rows, (int)(p->k / 8), p->x,        \
+                                      p->ntok, p->y, p->acc, p->wpr)
+#define MVQ_LAUNCH(NT, R)                                                                     \
+    matvec_q8_kernel<T, NT, R><<<p->grid, MVQ_WARPS * 32, p->smem, st>>>(                    \
+        p->w, p->row_bytes, p->rows, p->k, p->x, p->ntok, p->y, p->acc, p->lpr_log2, p->wpr,   \
+        p->chunk)
+/* token buckets 1, 2, 4, 8; R = 2 only from 3 tokens on */
+#define MV_BUCKETS(L)                                                                         \
+    do {                                                                                      \
+        if (p->ntok == 1)                                                                     \
+            L(1, 1);                                                                          \
+        else if (p->ntok == 2)                                                                \
+            L(2, 1);                                                                          \
+        else if (p->ntok <= 4 && p->rpw == 1)                                                 \
+            L(4, 1);                                                                          \
+        else if (p->ntok <= 4)                                                                \
+            L(4, 2);                                                                          \
+        else if (p->rpw == 1)                                                                 \
+            L(8, 1);                                                                          \
+        else                                                                                  \
+            L(8, 2);                                                                          \
+    } while (0)
+
+/* Fills the int8 path's shape: chunk of k held in shared memory, lanes per
+ * row, warps per row, grid. */
+template <int T> static void plan_q8(mv_plan *p, const tdm_gpu_tuning *tu, int sm_count)
+{
+    int64_t cap = MV_XQ_ELEMS / p->ntok / 256 * 256; /* chunks end on block boundaries */
+    p->chunk = (int)(p->k <= cap ? p->k : cap);
+    int units = p->chunk / QT<T>::UNIT;
+    p->lpr_log2 = 0;
+    while ((1 << p->lpr_log2) < 32 && (1 << p->lpr_log2) < units)
+        p->lpr_log2++;
+    int64_t groups = (p->rows + p->rpw - 1) / p->rpw;
+    if (p->lpr_log2 < 5) /* several rows per warp already: a warp never spans rows */
+        p->wpr = 1;
+    else
+        p->wpr = tu->matvec_wpr ? tu->matvec_wpr : auto_wpr(groups, units, sm_count);
+    int64_t tile = (int64_t)(MVQ_WARPS / p->wpr) * (32 >> p->lpr_log2) * p->rpw;
+    int64_t tiles = (p->rows + tile - 1) / tile, cap_grid = (int64_t)sm_count * MVQ_BLOCKS_PER_SM;
+    p->grid = (unsigned)(tiles < cap_grid ? tiles : cap_grid);
+    size_t pitch = ((size_t)p->chunk + 127) & ~(size_t)127; /* as in the kernel */
+    p->smem = p->ntok * pitch + p->ntok * (pitch / 32) * sizeof(uint2);
+}
 
 template <int T>
-static void launch_matvec(cudaStream_t st, const uint8_t *w, int64_t row_bytes, int64_t rows,
-                          int units, const float *x, int ntok, float *y, int acc, int wpr, int rpw)
+static void launch_matvec(cudaStream_t st, mv_plan *p, const tdm_gpu_tuning *tu, int sm_count)
 {
-    if (ntok == 1)
-        MV_LAUNCH(1, 1);
-    else if (ntok == 2)
-        MV_LAUNCH(2, 1);
-    else if (ntok <= 4 && rpw == 1)
-        MV_LAUNCH(4, 1);
-    else if (ntok <= 4)
-        MV_LAUNCH(4, 2);
-    else if (rpw == 1)
-        MV_LAUNCH(8, 1);
-    else
-        MV_LAUNCH(8, 2);
+    if constexpr (QT<T>::I8) {
+        plan_q8<T>(p, tu, sm_count);
+        MV_BUCKETS(MVQ_LAUNCH);
+    } else {
+        p->wpr = tu->matvec_wpr ? tu->matvec_wpr
+                                : auto_wpr((p->rows + p->rpw - 1) / p->rpw, (int)(p->k / 8), sm_count);
+        MV_BUCKETS(MVF_LAUNCH);
+    }
 }
 
 /* Shared argument checks of the weight-reading entry points. */
@@ -126,7 +268,7 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
                                      int64_t k, const float *x, int ntok, float *y,
                                      bool accumulate, tdm_error *err)
 {
-    int64_t row_bytes;
+    int64_t row_bytes = 0;
     tdm_status s = check_weights(wt, w, rows, k, "gpu matvec", &row_bytes, err);
     if (s != TDM_OK)
         return s;
@@ -134,19 +276,15 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
                 "gpu matvec: ntok=%d outside 1..%d", ntok, TDM_GPU_MATVEC_MAX_TOK);
     TDM_REQUIRE(err, x && y, "gpu matvec: NULL activation or output");
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu matvec: x must be 16-byte aligned");
-    const uint8_t *wb = (const uint8_t *)w;
-    int units = (int)(k / 8);
-    /* 2 rows per warp from 3 tokens on, for large matrices only: it halves the
+    /* 2 rows per lane from 3 tokens on, for large matrices only: it halves the
      * activation loads (1.4-1.6x at 8 tokens on 2048x4096 .. 248320x2048) but
      * costs parallelism on expert-sized ones (measured, docs/GPU.md) */
-    int rpw = ntok <= 2 ? 1
-              : g->tune.matvec_rows ? g->tune.matvec_rows
-              : rows >= 2048 && units >= 256 ? 2 : 1;
-    int wpr = g->tune.matvec_wpr ? g->tune.matvec_wpr
-                                 : auto_wpr((rows + rpw - 1) / rpw, units, g->sm_count);
-    TDM_QT_DISPATCH(wt, (launch_matvec<QTYPE>(g->stream, wb, row_bytes, rows, units, x, ntok, y,
-                                              accumulate ? 1 : 0, wpr, rpw)));
-    TDM_LAUNCHED(err, "matvec_kernel");
+    mv_plan p = {(const uint8_t *)w, row_bytes, rows, k, x, ntok, y, accumulate ? 1 : 0, 1, 1};
+    p.rpw = ntok <= 2 ? 1
+            : g->tune.matvec_rows ? g->tune.matvec_rows
+            : rows >= 2048 && k >= 2048 ? 2 : 1;
+    TDM_QT_DISPATCH(wt, (launch_matvec<QTYPE>(g->stream, &p, &g->tune, g->sm_count)));
+    TDM_LAUNCHED(err, "matvec kernel");
     return TDM_OK;
 }
 
@@ -172,7 +310,7 @@ __global__ void dequant_f16_kernel(const uint8_t *__restrict__ w, int64_t row_by
 extern "C" tdm_status tdm_gpu_dequant_f16(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows,
                                           int64_t k, uint16_t *dst, tdm_error *err)
 {
-    int64_t row_bytes;
+    int64_t row_bytes = 0;
     tdm_status s = check_weights(wt, w, rows, k, "gpu dequant_f16", &row_bytes, err);
     if (s != TDM_OK)
         return s;
@@ -206,7 +344,7 @@ extern "C" tdm_status tdm_gpu_matmul(tdm_gpu *g, tdm_qtype wt, const void *w, in
                                      int64_t k, const float *x, int64_t ntok, float *y,
                                      void *scratch, size_t scratch_bytes, tdm_error *err)
 {
-    int64_t row_bytes;
+    int64_t row_bytes = 0;
     tdm_status s = check_weights(wt, w, rows, k, "gpu matmul", &row_bytes, err);
     if (s != TDM_OK)
         return s;
@@ -255,5 +393,96 @@ extern "C" tdm_status tdm_gpu_dequant_row_host(tdm_qtype wt, const void *src, fl
     const uint8_t *row = (const uint8_t *)src;
     for (int64_t u = 0; u < n / 8; u++)
         TDM_QT_DISPATCH(wt, (tdm_dq_unit<QTYPE>(row, (int)u, dst + 8 * u)));
+    return TDM_OK;
+}
+
+/* Test hook: the int8 decoders on the host, as floats d q - m per element. */
+template <int T> static void dequant_i8_row(const uint8_t *row, int64_t n, float *dst)
+{
+    if constexpr (QT<T>::I8) {
+        constexpr int UPB = QT<T>::BLK / QT<T>::UNIT;
+        for (int64_t u = 0; u < n / QT<T>::UNIT; u++) {
+            int64_t blk = u / UPB;
+            int ub = (int)(u % UPB);
+            tdm_qg g[QT<T>::NG];
+            QT<T>::dqi8(row + blk * QT<T>::BYTES, ub, g);
+            for (int i = 0; i < QT<T>::NG; i++) {
+                float *o = dst + blk * QT<T>::BLK + 32 * QT<T>::group(ub, i);
+                for (int e = 0; e < 32; e++) {
+                    int q = (int8_t)(g[i].q[e / 4] >> (8 * (e % 4)));
+                    o[e] = g[i].d[e / 16] * (float)q - g[i].m[e / 16];
+                }
+            }
+        }
+    }
+}
+
+extern "C" tdm_status tdm_gpu_dequant_i8_row_host(tdm_qtype wt, const void *src, float *dst,
+                                                  int64_t n, tdm_error *err)
+{
+    int blk, bytes;
+    if (!tdm_gpu_qt_geometry(wt, &blk, &bytes) || blk < 32)
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "gpu int8 dequant host: type %s",
+                             tdm_qtype_name(wt));
+    TDM_REQUIRE(err, n % blk == 0, "gpu int8 dequant host: n=%lld", (long long)n);
+    TDM_QT_DISPATCH(wt, (dequant_i8_row<QTYPE>((const uint8_t *)src, n, dst)));
+    return TDM_OK;
+}
+
+/* Test hook: the kernels' activation quantisation on the host. */
+extern "C" void tdm_gpu_xq_host(const float *x, int64_t n, int8_t *q, float *dx)
+{
+    for (int64_t g = 0; g < n / 32; g++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++)
+            amax = tdm_max_nan(amax, fabsf(x[32 * g + i]));
+        float inv = tdm_xq_inv(amax);
+        for (int i = 0; i < 32; i++)
+            q[32 * g + i] = (int8_t)tdm_xq_round(x[32 * g + i], inv);
+        dx[g] = tdm_xq_scale(amax);
+    }
+}
+
+/* Test hook: one row's dot product on the int8 path, on the host: x
+ * quantised as the kernels do, laid out as in their shared memory
+ * (swizzle, half sums), then the kernels' own tdm_q8_rows_part. */
+template <int T> static void dot_i8_row(const uint8_t *row, int64_t k, const tdm_xq &xq, float *out)
+{
+    if constexpr (QT<T>::I8) {
+        float acc[1][1] = {{0.0f}};
+        tdm_q8_rows_part<T, 1, 1>(row, 0, 1, 0, (int)(k / QT<T>::UNIT), 1, xq, 1, acc);
+        *out = acc[0][0];
+    }
+}
+
+extern "C" tdm_status tdm_gpu_dot_i8_host(tdm_qtype wt, const void *row, int64_t k, const float *x,
+                                          float *out, tdm_error *err)
+{
+    int blk, bytes;
+    if (!tdm_gpu_qt_geometry(wt, &blk, &bytes) || blk < 32)
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "gpu int8 dot host: type %s",
+                             tdm_qtype_name(wt));
+    TDM_REQUIRE(err, k > 0 && k % blk == 0 && k <= (1 << 24), "gpu int8 dot host: k=%lld",
+                (long long)k);
+    int pitch = (int)((k + 127) & ~127);
+    int8_t *q = (int8_t *)malloc((size_t)k), *qs = (int8_t *)aligned_alloc(128, (size_t)pitch);
+    float *dx = (float *)malloc(sizeof(float) * (size_t)(k / 32));
+    uint2 *s = (uint2 *)malloc(sizeof(uint2) * (size_t)(pitch / 32));
+    if (!q || !qs || !dx || !s) {
+        free(q), free(qs), free(dx), free(s);
+        return tdm_error_set(err, TDM_ERR_OOM, "gpu int8 dot host: k=%lld", (long long)k);
+    }
+    tdm_gpu_xq_host(x, k, q, dx);
+    for (int g = 0; g < k / 32; g++) {
+        int half[2] = {0, 0};
+        for (int e = 0; e < 32; e++) {
+            qs[tdm_xq_swz(32 * g + e)] = q[32 * g + e];
+            half[e / 16] += q[32 * g + e];
+        }
+        s[g] = make_uint2(tdm_f32_bits(dx[g]), ((uint32_t)half[0] & 0xFFFFu) | (uint32_t)half[1] << 16);
+    }
+    tdm_xq xq = {qs, s, pitch};
+    TDM_QT_DISPATCH(wt, (dot_i8_row<QTYPE>((const uint8_t *)row, k, xq, out)));
+    free(q), free(qs), free(dx), free(s);
     return TDM_OK;
 }

@@ -1,11 +1,13 @@
 /* gpu_quant: the one dequantisation table of the GPU kernels. Each supported
- * weight format is a QT<type> with its block geometry and dq8(), which decodes
- * the 8 consecutive elements 8j..8j+7 of one block ("unit" j). Plain types
- * (F32/F16/BF16) are treated as blocks of 8. Every kernel that reads weights
- * (matvec, dequant-to-f16, the fused MoE kernels) goes through these, so a
- * format is written once. The helpers are __host__ __device__ so that the
- * tests can check them bit for bit against the CPU reference without a GPU.
- * Values are exactly ggml's dequantize_row_* results (gguf.md §2.4-2.5). */
+ * weight format is a QT<type> with its block geometry and two decoders:
+ * dq8() gives the float values of the 8 elements 8j..8j+7 of one block (unit
+ * j; dequant-to-f16, the float-activation path of F32/F16/BF16), and, for the
+ * quantised formats, dqi8() gives whole 32-element groups as int8 values with
+ * per-16 scale and min (the dp4a path of the decode kernels). Every kernel
+ * that reads weights goes through these, so a format is written once. The
+ * helpers are __host__ __device__ so that the tests can check both decoders
+ * bit for bit against the CPU reference without a GPU. Values are exactly
+ * ggml's dequantize_row_* results (gguf.md §2.4-2.5). */
 #ifndef TDM_GPU_QUANT_CUH
 #define TDM_GPU_QUANT_CUH
 
@@ -16,6 +18,11 @@
 #include "gpu_common.cuh"
 
 #define TDM_HD __host__ __device__ __forceinline__
+#ifdef __CUDA_ARCH__ /* unroll hints in __host__ __device__ code (host compilers warn) */
+#define TDM_UNROLL _Pragma("unroll")
+#else
+#define TDM_UNROLL
+#endif
 
 static __device__ const int8_t tdm_d_kv_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                      1,    13,   25,  38,  53,  69,  89,  113};
@@ -44,6 +51,17 @@ TDM_HD float tdm_bits_f32(uint32_t u)
 #endif
 }
 
+TDM_HD uint32_t tdm_f32_bits(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+#endif
+}
+
 TDM_HD float tdm_half_f32(uint16_t u)
 {
 #ifdef __CUDA_ARCH__
@@ -61,10 +79,116 @@ TDM_HD uint32_t tdm_u32(const uint8_t *p)
 }
 TDM_HD float tdm_h2f(const uint8_t *p) { return tdm_half_f32(tdm_u16(p)); }
 
+/* ---- loads for the int8 decoders: as wide as the address allows ---- */
+
+/* A 16-bit field (blocks are 2-byte aligned except MXFP4's 17-byte ones). */
+TDM_HD uint16_t tdm_ld16(const uint8_t *p)
+{
+#ifdef __CUDA_ARCH__
+    if (((uintptr_t)p & 1) == 0)
+        return __ldg((const unsigned short *)p);
+#endif
+    return tdm_u16(p);
+}
+
+/* N little-endian words from p. WIDE (blocks of a multiple of 16 bytes:
+ * Q4_K, Q5_K): 16-byte loads where p is 16-byte aligned. Otherwise, for an
+ * even p, the N aligned words from p & ~3 funnel-shifted by 0 or 16 bits,
+ * the last two bytes from a predicated 2-byte load, so the lanes of Q6_K /
+ * Q8_0 blocks, which alternate between 4- and 2-byte alignment, do not
+ * diverge. Odd p: bytes. Never reads outside [p & ~3, p + 4N). */
+template <int N, bool WIDE = false> TDM_HD void tdm_ldw(const uint8_t *p, uint32_t *w)
+{
+#ifdef __CUDA_ARCH__
+    uintptr_t a = (uintptr_t)p;
+    if (WIDE && N % 4 == 0 && (a & 15) == 0) {
+#pragma unroll
+        for (int i = 0; i < N / 4; i++) {
+            uint4 v = __ldg((const uint4 *)p + i);
+            w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+        }
+        return;
+    }
+    if ((a & 1) == 0) {
+        const unsigned int *al = (const unsigned int *)(a & ~(uintptr_t)3);
+        unsigned shift = (unsigned)(a & 2) * 8;
+        uint32_t lo = __ldg(al);
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            uint32_t hi = i < N - 1 ? __ldg(al + i + 1)
+                          : shift ? __ldg((const unsigned short *)(p + 4 * N - 2)) : 0u;
+            w[i] = __funnelshift_r(lo, hi, shift);
+            lo = hi;
+        }
+        return;
+    }
+#endif
+    for (int i = 0; i < N; i++)
+        w[i] = tdm_u32(p + 4 * i);
+}
+
+/* ---- byte-parallel helpers (4 quants per 32-bit word) ---- */
+
+/* Per byte v in [0, 2^bits): the int8 v - 2^(bits-1). The xor gives the
+ * two's complement in `bits` bits; the multiply copies its sign bit upwards
+ * (per byte s * (2^(9-bits) - 2) < 256, so no carry crosses bytes). */
+TDM_HD uint32_t tdm_bias_bytes(uint32_t v, int bits)
+{
+    uint32_t top = 0x01010101u << (bits - 1), t = v ^ top;
+    return t | ((t & top) * ((0x100u >> (bits - 1)) - 2));
+}
+
+/* Bits 0..3 of h to bit 0 of bytes 0..3 (the four shifted copies of h,
+ * at 0, 7, 14 and 21, do not overlap). */
+TDM_HD uint32_t tdm_spread4(uint32_t h) { return ((h & 0xFu) * 0x00204081u) & 0x01010101u; }
+
+/* Per byte nibble (bytes of v hold 0..15): the table's int8 value. */
+TDM_HD uint32_t tdm_lut_bytes(uint32_t v, const int8_t *kv)
+{
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= (uint32_t)(uint8_t)kv[(v >> (8 * i)) & 0xF] << (8 * i);
+    return r;
+}
+
+/* 32 consecutive weights of one block as int8 quants: weight i is
+ * d[i / 16] * q_i - m[i / 16], bit for bit dq8's value (every product is
+ * exact, gguf.md §2.5). q[j] holds elements 4j..4j+3, lowest byte first. */
+struct tdm_qg {
+    uint32_t q[8];
+    float d[2], m[2];
+};
+
+TDM_HD void tdm_qg_scales(tdm_qg *g, float d0, float d1, float m0, float m1)
+{
+    g->d[0] = d0, g->d[1] = d1, g->m[0] = m0, g->m[1] = m1;
+}
+
+/* 16 bytes of nibbles, 32-element blocks: low nibbles are elements 0..15,
+ * high nibbles 16..31. */
+TDM_HD void tdm_nibbles32(const uint8_t *qs, uint32_t *q)
+{
+    uint32_t w[4];
+    tdm_ldw<4>(qs, w);
+    for (int i = 0; i < 4; i++) {
+        q[i] = w[i] & 0x0F0F0F0Fu;
+        q[i + 4] = (w[i] >> 4) & 0x0F0F0F0Fu;
+    }
+}
+
+/* Or's bit 4 from the 32 high bits h (element i: bit i) into q. */
+TDM_HD void tdm_high_bits32(uint32_t h, uint32_t *q)
+{
+    for (int i = 0; i < 8; i++)
+        q[i] |= tdm_spread4(h >> (4 * i)) << 4;
+}
+
 template <int T> struct QT;
 
+/* Plain types: blocks of 8 on the float-activation path (I8 = false). */
 template <> struct QT<TDM_Q_F32> {
-    static constexpr int BLK = 8, BYTES = 32;
+    static constexpr int BLK = 8, BYTES = 32, UNIT = 8;
+    static constexpr bool I8 = false;
     static TDM_HD void dq8(const uint8_t *b, int, float *y)
     {
         for (int i = 0; i < 8; i++)
@@ -73,7 +197,8 @@ template <> struct QT<TDM_Q_F32> {
 };
 
 template <> struct QT<TDM_Q_F16> {
-    static constexpr int BLK = 8, BYTES = 16;
+    static constexpr int BLK = 8, BYTES = 16, UNIT = 8;
+    static constexpr bool I8 = false;
     static TDM_HD void dq8(const uint8_t *b, int, float *y)
     {
         for (int i = 0; i < 8; i++)
@@ -82,12 +207,23 @@ template <> struct QT<TDM_Q_F16> {
 };
 
 template <> struct QT<TDM_Q_BF16> {
-    static constexpr int BLK = 8, BYTES = 16;
+    static constexpr int BLK = 8, BYTES = 16, UNIT = 8;
+    static constexpr bool I8 = false;
     static TDM_HD void dq8(const uint8_t *b, int, float *y)
     {
         for (int i = 0; i < 8; i++)
             y[i] = tdm_bits_f32((uint32_t)tdm_u16(b + 2 * i) << 16);
     }
+};
+
+/* Quantised formats: I8 = true. A unit is NG groups of 32 that one lane
+ * decodes together (the groups sharing a load); group(u, i) is the i-th
+ * group's index in the block; UNIT = 32 * NG elements. SPLIT: the two halves
+ * of a group may have different scales; MIN: some m is nonzero. */
+template <int NG_, bool SPLIT_, bool MIN_> struct QI8 {
+    static constexpr bool I8 = true, SPLIT = SPLIT_, MIN = MIN_;
+    static constexpr int NG = NG_, UNIT = 32 * NG_;
+    static TDM_HD int group(int u, int i) { return NG_ * u + i; }
 };
 
 /* 32-element blocks: low nibbles are elements 0..15, high nibbles 16..31. */
@@ -99,7 +235,7 @@ TDM_HD void tdm_nibbles8(const uint8_t *qs, int j, int *n)
         n[i] = (q[i] >> shift) & 0xF;
 }
 
-template <> struct QT<TDM_Q_Q4_0> {
+template <> struct QT<TDM_Q_Q4_0> : QI8<1, false, false> {
     static constexpr int BLK = 32, BYTES = 18;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -109,9 +245,17 @@ template <> struct QT<TDM_Q_Q4_0> {
         for (int i = 0; i < 8; i++)
             y[i] = (float)(n[i] - 8) * d;
     }
+    static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
+    {
+        tdm_nibbles32(b + 2, g->q);
+        for (int i = 0; i < 8; i++)
+            g->q[i] = tdm_bias_bytes(g->q[i], 4);
+        float d = tdm_half_f32(tdm_ld16(b));
+        tdm_qg_scales(g, d, d, 0.0f, 0.0f);
+    }
 };
 
-template <> struct QT<TDM_Q_Q4_1> {
+template <> struct QT<TDM_Q_Q4_1> : QI8<1, false, true> {
     static constexpr int BLK = 32, BYTES = 20;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -121,9 +265,15 @@ template <> struct QT<TDM_Q_Q4_1> {
         for (int i = 0; i < 8; i++)
             y[i] = (float)n[i] * d + m;
     }
+    static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
+    {
+        tdm_nibbles32(b + 4, g->q);
+        float d = tdm_half_f32(tdm_ld16(b)), m = tdm_half_f32(tdm_ld16(b + 2));
+        tdm_qg_scales(g, d, d, -m, -m); /* d q - (-m) rounds as d q + m */
+    }
 };
 
-template <> struct QT<TDM_Q_Q5_0> {
+template <> struct QT<TDM_Q_Q5_0> : QI8<1, false, false> {
     static constexpr int BLK = 32, BYTES = 22;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -134,9 +284,20 @@ template <> struct QT<TDM_Q_Q5_0> {
         for (int i = 0; i < 8; i++)
             y[i] = (float)((n[i] | (int)(((h >> i) & 1) << 4)) - 16) * d;
     }
+    static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
+    {
+        uint32_t h;
+        tdm_ldw<1>(b + 2, &h);
+        tdm_nibbles32(b + 6, g->q);
+        tdm_high_bits32(h, g->q);
+        for (int i = 0; i < 8; i++)
+            g->q[i] = tdm_bias_bytes(g->q[i], 5);
+        float d = tdm_half_f32(tdm_ld16(b));
+        tdm_qg_scales(g, d, d, 0.0f, 0.0f);
+    }
 };
 
-template <> struct QT<TDM_Q_Q5_1> {
+template <> struct QT<TDM_Q_Q5_1> : QI8<1, false, true> {
     static constexpr int BLK = 32, BYTES = 24;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -147,9 +308,18 @@ template <> struct QT<TDM_Q_Q5_1> {
         for (int i = 0; i < 8; i++)
             y[i] = (float)(n[i] | (((h >> i) & 1) << 4)) * d + m;
     }
+    static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
+    {
+        uint32_t h;
+        tdm_ldw<1>(b + 4, &h);
+        tdm_nibbles32(b + 8, g->q);
+        tdm_high_bits32(h, g->q);
+        float d = tdm_half_f32(tdm_ld16(b)), m = tdm_half_f32(tdm_ld16(b + 2));
+        tdm_qg_scales(g, d, d, -m, -m);
+    }
 };
 
-template <> struct QT<TDM_Q_Q8_0> {
+template <> struct QT<TDM_Q_Q8_0> : QI8<1, false, false> {
     static constexpr int BLK = 32, BYTES = 34;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -158,9 +328,15 @@ template <> struct QT<TDM_Q_Q8_0> {
         for (int i = 0; i < 8; i++)
             y[i] = (float)(int8_t)q[i] * d;
     }
+    static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
+    {
+        tdm_ldw<8>(b + 2, g->q);
+        float d = tdm_half_f32(tdm_ld16(b));
+        tdm_qg_scales(g, d, d, 0.0f, 0.0f);
+    }
 };
 
-template <> struct QT<TDM_Q_IQ4_NL> {
+template <> struct QT<TDM_Q_IQ4_NL> : QI8<1, false, false> {
     static constexpr int BLK = 32, BYTES = 18;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -170,22 +346,43 @@ template <> struct QT<TDM_Q_IQ4_NL> {
         for (int i = 0; i < 8; i++)
             y[i] = d * (float)TDM_KV_IQ4NL[n[i]];
     }
+    static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
+    {
+        tdm_nibbles32(b + 2, g->q);
+        for (int i = 0; i < 8; i++)
+            g->q[i] = tdm_lut_bytes(g->q[i], TDM_KV_IQ4NL);
+        float d = tdm_half_f32(tdm_ld16(b));
+        tdm_qg_scales(g, d, d, 0.0f, 0.0f);
+    }
 };
 
-template <> struct QT<TDM_Q_MXFP4> {
+/* E8M0 scale, halved because the FP4 table is doubled. */
+TDM_HD float tdm_e8m0_half(uint32_t e)
+{
+    return tdm_bits_f32(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+}
+
+template <> struct QT<TDM_Q_MXFP4> : QI8<1, false, false> {
     static constexpr int BLK = 32, BYTES = 17;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
-        uint32_t e = b[0]; /* E8M0, halved because the FP4 table is doubled */
-        float d = tdm_bits_f32(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+        float d = tdm_e8m0_half(b[0]);
         int n[8];
         tdm_nibbles8(b + 1, j, n);
         for (int i = 0; i < 8; i++)
             y[i] = (float)TDM_KV_FP4[n[i]] * d;
     }
+    static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
+    {
+        tdm_nibbles32(b + 1, g->q);
+        for (int i = 0; i < 8; i++)
+            g->q[i] = tdm_lut_bytes(g->q[i], TDM_KV_FP4);
+        float d = tdm_e8m0_half(b[0]);
+        tdm_qg_scales(g, d, d, 0.0f, 0.0f);
+    }
 };
 
-template <> struct QT<TDM_Q_Q2_K> {
+template <> struct QT<TDM_Q_Q2_K> : QI8<1, true, true> {
     static constexpr int BLK = 256, BYTES = 84;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -196,18 +393,34 @@ template <> struct QT<TDM_Q_Q2_K> {
         for (int i = 0; i < 8; i++)
             y[i] = dl * (float)((q[i] >> shift) & 3) - ml;
     }
+    /* group g: 2-bit field g & 3 of the 32 bytes of half g >> 2; scale bytes 2g, 2g + 1 */
+    static TDM_HD void dqi8(const uint8_t *b, int g8, tdm_qg *g)
+    {
+        uint32_t w[8];
+        tdm_ldw<8>(b + 16 + 32 * (g8 >> 2), w);
+        for (int i = 0; i < 8; i++)
+            g->q[i] = (w[i] >> (2 * (g8 & 3))) & 0x03030303u;
+        uint32_t sc = tdm_ld16(b + 2 * g8);
+        float d = tdm_half_f32(tdm_ld16(b + 80)), dm = tdm_half_f32(tdm_ld16(b + 82));
+        tdm_qg_scales(g, d * (float)(sc & 0xF), d * (float)((sc >> 8) & 0xF), dm * (float)((sc >> 4) & 0xF),
+                      dm * (float)(sc >> 12));
+    }
 };
 
-template <> struct QT<TDM_Q_Q3_K> {
+/* Q3_K 6-bit scale (minus 32) of 16-element sub-block g (0..15). */
+TDM_HD int tdm_q3k_scale(const uint8_t *s, int g)
+{
+    int k = g & 3, quarter = g >> 2;
+    int lo = s[(quarter & 1) * 4 + k];
+    lo = quarter < 2 ? (lo & 0xF) : (lo >> 4);
+    return (lo | (((s[8 + k] >> (2 * quarter)) & 3) << 4)) - 32;
+}
+
+template <> struct QT<TDM_Q_Q3_K> : QI8<1, true, false> {
     static constexpr int BLK = 256, BYTES = 110;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
-        int g = j >> 1, k = g & 3, quarter = g >> 2;
-        const uint8_t *s = b + 96;
-        int lo = s[(quarter & 1) * 4 + k];
-        lo = quarter < 2 ? (lo & 0xF) : (lo >> 4);
-        int sc = lo | (((s[8 + k] >> (2 * quarter)) & 3) << 4);
-        float dl = tdm_h2f(b + 108) * (float)(sc - 32);
+        float dl = tdm_h2f(b + 108) * (float)tdm_q3k_scale(b + 96, j >> 1);
         int h = j >> 4, jj = (j & 15) >> 2, l0 = (j & 3) * 8;
         const uint8_t *q = b + 32 + 32 * h + l0, *hm = b + l0;
         int hbit = 4 * h + jj;
@@ -216,41 +429,91 @@ template <> struct QT<TDM_Q_Q3_K> {
             y[i] = dl * (float)v;
         }
     }
+    /* group g: 2-bit field g & 3 of the 32 bytes of half g >> 2, high-mask bit g */
+    static TDM_HD void dqi8(const uint8_t *b, int g8, tdm_qg *g)
+    {
+        uint32_t w[8], hm[8];
+        tdm_ldw<8>(b + 32 + 32 * (g8 >> 2), w);
+        tdm_ldw<8>(b, hm);
+        for (int i = 0; i < 8; i++) {
+            uint32_t v = ((w[i] >> (2 * (g8 & 3))) & 0x03030303u) | (((hm[i] >> g8) & 0x01010101u) << 2);
+            g->q[i] = tdm_bias_bytes(v, 3);
+        }
+        float d = tdm_half_f32(tdm_ld16(b + 108));
+        tdm_qg_scales(g, d * (float)tdm_q3k_scale(b + 96, 2 * g8),
+                      d * (float)tdm_q3k_scale(b + 96, 2 * g8 + 1), 0.0f, 0.0f);
+    }
 };
 
-/* Q4_K / Q5_K 6-bit scale and min of sub-block k (ggml get_scale_min_k4). */
-TDM_HD void tdm_scale_min_k4(const uint8_t *q, int k, int *sc, int *mn)
+/* Q4_K / Q5_K 6-bit scale and min of sub-block k from the 12 scale bytes as
+ * three words (ggml get_scale_min_k4). */
+TDM_HD void tdm_scale_min_k4(uint32_t s0, uint32_t s1, uint32_t s2, int k, int *sc, int *mn)
 {
+    int j = 8 * (k & 3);
+    uint32_t a = (s0 >> j) & 0xFF, b = (s1 >> j) & 0xFF;
     if (k < 4) {
-        *sc = q[k] & 63;
-        *mn = q[k + 4] & 63;
+        *sc = (int)(a & 63);
+        *mn = (int)(b & 63);
     } else {
-        *sc = (q[k + 4] & 0xF) | ((q[k - 4] >> 6) << 4);
-        *mn = (q[k + 4] >> 4) | ((q[k] >> 6) << 4);
+        uint32_t c = (s2 >> j) & 0xFF;
+        *sc = (int)((c & 0xF) | ((a >> 6) << 4));
+        *mn = (int)((c >> 4) | ((b >> 6) << 4));
     }
 }
 
-template <> struct QT<TDM_Q_Q4_K> {
+/* Scale d * sc and min dmin * mn of sub-block k of a Q4_K/Q5_K block whose
+ * first 16 bytes are hdr (d, dmin, 12 scale bytes). */
+TDM_HD void tdm_k4_scale(const uint32_t *hdr, int k, float *d1, float *m1)
+{
+    int sc, mn;
+    tdm_scale_min_k4(hdr[1], hdr[2], hdr[3], k, &sc, &mn);
+    *d1 = tdm_half_f32((uint16_t)hdr[0]) * (float)sc;
+    *m1 = tdm_half_f32((uint16_t)(hdr[0] >> 16)) * (float)mn;
+}
+
+TDM_HD void tdm_k4_header(const uint8_t *b, uint32_t *hdr)
+{
+    tdm_ldw<4, true>(b, hdr);
+}
+
+template <> struct QT<TDM_Q_Q4_K> : QI8<2, false, true> {
     static constexpr int BLK = 256, BYTES = 144;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
-        int k = j >> 2, sc, mn;
-        tdm_scale_min_k4(b + 4, k, &sc, &mn);
-        float d1 = tdm_h2f(b) * (float)sc, m1 = tdm_h2f(b + 2) * (float)mn;
+        uint32_t hdr[4];
+        tdm_k4_header(b, hdr);
+        float d1, m1;
+        tdm_k4_scale(hdr, j >> 2, &d1, &m1);
         const uint8_t *q = b + 16 + 32 * (j >> 3) + (j & 3) * 8;
-        int shift = (k & 1) * 4;
+        int shift = ((j >> 2) & 1) * 4;
         for (int i = 0; i < 8; i++)
             y[i] = d1 * (float)((q[i] >> shift) & 0xF) - m1;
     }
+    /* unit u: sub-blocks 2u (low nibbles) and 2u + 1 (high) of qs[32u..32u+31] */
+    static TDM_HD void dqi8(const uint8_t *b, int u, tdm_qg *g)
+    {
+        uint32_t hdr[4], w[8];
+        tdm_k4_header(b, hdr);
+        tdm_ldw<8, true>(b + 16 + 32 * u, w);
+        for (int i = 0; i < 2; i++) {
+            for (int j = 0; j < 8; j++)
+                g[i].q[j] = (w[j] >> (4 * i)) & 0x0F0F0F0Fu;
+            float d1, m1;
+            tdm_k4_scale(hdr, 2 * u + i, &d1, &m1);
+            tdm_qg_scales(&g[i], d1, d1, m1, m1);
+        }
+    }
 };
 
-template <> struct QT<TDM_Q_Q5_K> {
+template <> struct QT<TDM_Q_Q5_K> : QI8<2, false, true> {
     static constexpr int BLK = 256, BYTES = 176;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
-        int k = j >> 2, sc, mn;
-        tdm_scale_min_k4(b + 4, k, &sc, &mn);
-        float d1 = tdm_h2f(b) * (float)sc, m1 = tdm_h2f(b + 2) * (float)mn;
+        uint32_t hdr[4];
+        tdm_k4_header(b, hdr);
+        int k = j >> 2;
+        float d1, m1;
+        tdm_k4_scale(hdr, k, &d1, &m1);
         int l0 = (j & 3) * 8;
         const uint8_t *q = b + 48 + 32 * (j >> 3) + l0, *qh = b + 16 + l0;
         int shift = (k & 1) * 4;
@@ -259,9 +522,25 @@ template <> struct QT<TDM_Q_Q5_K> {
             y[i] = d1 * (float)n - m1;
         }
     }
+    /* as Q4_K, plus bit k of qh[l] for element l of sub-block k */
+    static TDM_HD void dqi8(const uint8_t *b, int u, tdm_qg *g)
+    {
+        uint32_t hdr[4], w[8], h[8];
+        tdm_k4_header(b, hdr);
+        tdm_ldw<8, true>(b + 48 + 32 * u, w);
+        tdm_ldw<8, true>(b + 16, h);
+        for (int i = 0; i < 2; i++) {
+            int k = 2 * u + i;
+            for (int j = 0; j < 8; j++)
+                g[i].q[j] = ((w[j] >> (4 * i)) & 0x0F0F0F0Fu) | (((h[j] >> k) & 0x01010101u) << 4);
+            float d1, m1;
+            tdm_k4_scale(hdr, k, &d1, &m1);
+            tdm_qg_scales(&g[i], d1, d1, m1, m1);
+        }
+    }
 };
 
-template <> struct QT<TDM_Q_Q6_K> {
+template <> struct QT<TDM_Q_Q6_K> : QI8<2, true, false> {
     static constexpr int BLK = 256, BYTES = 210;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -274,19 +553,51 @@ template <> struct QT<TDM_Q_Q6_K> {
             y[i] = d * (float)q;
         }
     }
+    /* unit u = 2h + p: quarters p (low nibbles) and p + 2 (high) of half h share ql */
+    static TDM_HD int group(int u, int i) { return 4 * (u >> 1) + (u & 1) + 2 * i; }
+    static TDM_HD void dqi8(const uint8_t *b, int u, tdm_qg *g)
+    {
+        int h = u >> 1;
+        uint32_t w[8], qh[8];
+        tdm_ldw<8>(b + 64 * h + 32 * (u & 1), w);
+        tdm_ldw<8>(b + 128 + 32 * h, qh);
+        float d = tdm_half_f32(tdm_ld16(b + 208));
+        for (int i = 0; i < 2; i++) {
+            int quarter = (u & 1) + 2 * i;
+            for (int j = 0; j < 8; j++) {
+                uint32_t v = ((w[j] >> (4 * i)) & 0x0F0F0F0Fu) | (((qh[j] >> (2 * quarter)) & 0x03030303u) << 4);
+                g[i].q[j] = tdm_bias_bytes(v, 6);
+            }
+            uint32_t sc = tdm_ld16(b + 192 + 8 * h + 2 * quarter);
+            tdm_qg_scales(&g[i], d * (float)(int8_t)(sc & 0xFF), d * (float)(int8_t)(sc >> 8), 0.0f,
+                          0.0f);
+        }
+    }
 };
 
-template <> struct QT<TDM_Q_IQ4_XS> {
+template <> struct QT<TDM_Q_IQ4_XS> : QI8<1, false, false> {
     static constexpr int BLK = 256, BYTES = 136;
+    static TDM_HD float scale(const uint8_t *b, int ib)
+    {
+        int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 0xF) | (((tdm_ld16(b + 2) >> (2 * ib)) & 3) << 4);
+        return tdm_half_f32(tdm_ld16(b)) * (float)(ls - 32);
+    }
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
         int ib = j >> 2, idx0 = (j & 3) * 8;
-        int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 0xF) | (((tdm_u16(b + 2) >> (2 * ib)) & 3) << 4);
-        float dl = tdm_h2f(b) * (float)(ls - 32);
+        float dl = scale(b, ib);
         const uint8_t *q = b + 8 + 16 * ib + (idx0 & 15);
         int shift = idx0 >= 16 ? 4 : 0;
         for (int i = 0; i < 8; i++)
             y[i] = dl * (float)TDM_KV_IQ4NL[(q[i] >> shift) & 0xF];
+    }
+    static TDM_HD void dqi8(const uint8_t *b, int ib, tdm_qg *g)
+    {
+        tdm_nibbles32(b + 8 + 16 * ib, g->q);
+        for (int i = 0; i < 8; i++)
+            g->q[i] = tdm_lut_bytes(g->q[i], TDM_KV_IQ4NL);
+        float dl = scale(b, ib);
+        tdm_qg_scales(g, dl, dl, 0.0f, 0.0f);
     }
 };
 
@@ -297,8 +608,8 @@ template <int T> TDM_HD void tdm_dq_unit(const uint8_t *row, int u, float *y)
     QT<T>::dq8(row + (size_t)(u / UPB) * QT<T>::BYTES, u % UPB, y);
 }
 
-/* Calls F::template run<T>(args...) for the supported type t; returns false
- * for an unsupported one. The one place that lists the formats. */
+/* Calls CALL with QTYPE = the supported type t; does nothing for an
+ * unsupported one. The one place that lists the formats. */
 #define TDM_QT_DISPATCH(t, CALL)                                                       \
     switch (t) {                                                                       \
     case TDM_Q_F32: { constexpr int QTYPE = TDM_Q_F32; CALL; } break;                  \
@@ -320,11 +631,13 @@ template <int T> TDM_HD void tdm_dq_unit(const uint8_t *row, int u, float *y)
     default: break;                                                                    \
     }
 
+/* ---- float-activation path (F32, F16, BF16) ---- */
+
 /* Partial dot products of R consecutive weight rows (row, row + row_bytes,
- * ...; only the first nrows are real) over units first, first + stride, ...
- * with NT activation rows x + t * xs; the caller reduces the partials. Each
- * activation load serves R rows. Unrolled by two so two units' loads are in
- * flight at once. */
+ * ...; only the first nrows are real) over 8-element units first, first +
+ * stride, ... < units with NT activation rows x + t * xs; the caller reduces
+ * the partials. Each activation load serves R rows. Unrolled by two so two
+ * units' loads are in flight at once. */
 template <int T, int NT, int R>
 __device__ __forceinline__ void tdm_rows_dot_part(const uint8_t *row, int64_t row_bytes, int nrows,
                                                   int units, const float *x, int64_t xs, int ntok,
@@ -357,24 +670,224 @@ __device__ __forceinline__ void tdm_rows_dot_part(const uint8_t *row, int64_t ro
     }
 }
 
-/* One row (R = 1). */
-template <int T, int NT>
-__device__ __forceinline__ void tdm_row_dot_part(const uint8_t *row, int units, const float *x,
-                                                 int64_t xs, int ntok, int first, int stride,
-                                                 float *acc)
+/* ---- int8-activation path (every quantised format) ----
+ * Activations are quantised per 32 elements: dx = amax / 127, q = rint(x *
+ * (127 / amax)), both divisions correctly rounded and the product a single
+ * binary32 multiply, so the host (tdm_gpu_xq_host) reproduces them bit for
+ * bit. Groups with amax < TDM_XQ_TINY become zeros; a NaN makes dx NaN. */
+#define TDM_XQ_TINY 1e-30f
+
+TDM_HD float tdm_xq_scale(float amax)
 {
-    tdm_rows_dot_part<T, NT, 1>(row, 0, 1, units, x, xs, ntok, first, stride,
-                                (float(*)[NT])acc);
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(amax, 127.0f);
+#else
+    return amax / 127.0f;
+#endif
 }
 
-/* The same for a weight type known only at run time (warp-uniform switch);
- * used by the fused MoE kernels, whose three matrices may differ in type. */
-__device__ __forceinline__ float tdm_row_dot_rt(int type, const uint8_t *row, int units,
-                                                const float *x, int first, int stride)
+TDM_HD float tdm_xq_inv(float amax)
 {
-    float acc[1] = {0.0f};
-    TDM_QT_DISPATCH(type, (tdm_row_dot_part<QTYPE, 1>(row, units, x, 0, 1, first, stride, acc)));
-    return acc[0];
+#ifdef __CUDA_ARCH__
+    return amax >= TDM_XQ_TINY ? __fdiv_rn(127.0f, amax) : 0.0f;
+#else
+    return amax >= TDM_XQ_TINY ? 127.0f / amax : 0.0f;
+#endif
+}
+
+TDM_HD int tdm_xq_round(float x, float inv)
+{
+#ifdef __CUDA_ARCH__
+    return __float2int_rn(__fmul_rn(x, inv));
+#else
+    return (int)rintf(x * inv);
+#endif
+}
+
+/* max that keeps a NaN (fmaxf would drop it) */
+TDM_HD float tdm_max_nan(float a, float b) { return (a > b || a != a) ? a : b; }
+
+/* One block's int8 activations for a chunk of k, in shared memory:
+ * q [rows][pitch] int8 (pitch: the chunk rounded up to 128 bytes), s
+ * [rows][pitch / 32] = {dx bits, sum of the group's quants over elements
+ * 0..15 (low 16 bits) and 16..31 (high 16 bits)}; rows are tokens (matvec)
+ * or selections (MoE down). */
+struct tdm_xq {
+    const int8_t *q;
+    const uint2 *s;
+    int pitch;
+};
+
+/* Byte offset of q element o in shared memory: the 16-byte chunks of each
+ * 128 bytes are xor-swizzled so that the 8 lanes of a quarter warp, reading
+ * the groups of 8 consecutive units, hit distinct banks. */
+TDM_HD int tdm_xq_swz(int o)
+{
+    int c = o >> 4;
+    return ((c ^ ((c >> 3) & 7)) << 4) | (o & 15);
+}
+
+/* Quantises x[r * xs + k0 .. + n) for r < nrows into (q, s); n is a multiple
+ * of 32, x + k0 16-byte aligned. Every thread of the block must call it: 8
+ * lanes per group, 4 elements each; unrolled so that several rows' loads
+ * are in flight. */
+__device__ __forceinline__ void tdm_xq_fill(int8_t *q, uint2 *s, int pitch, const float *x, int64_t xs,
+                                            int nrows, int64_t k0, int n)
+{
+    int per_row = n / 4, total = nrows * per_row;
+#pragma unroll 4
+    for (int base = 0; base < total; base += blockDim.x) {
+        int i = base + threadIdx.x;
+        bool ok = i < total; /* a group's 8 lanes agree: per_row is a multiple of 8 */
+        int r = ok ? i / per_row : 0, e = ok ? 4 * (i - r * per_row) : 0;
+        float4 v = ok ? __ldg((const float4 *)(x + r * xs + k0 + e)) : make_float4(0, 0, 0, 0);
+        float amax = tdm_max_nan(tdm_max_nan(fabsf(v.x), fabsf(v.y)), tdm_max_nan(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1)
+            amax = tdm_max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        float inv = tdm_xq_inv(amax);
+        int q0 = tdm_xq_round(v.x, inv), q1 = tdm_xq_round(v.y, inv), q2 = tdm_xq_round(v.z, inv),
+            q3 = tdm_xq_round(v.w, inv);
+        int sum = q0 + q1 + q2 + q3;
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        int upper = __shfl_xor_sync(0xffffffffu, sum, 4); /* the other half's sum */
+        if (ok) {
+            *(uint32_t *)(q + tdm_xq_swz(r * pitch + e)) =
+                (uint32_t)(q0 & 0xFF) | (uint32_t)(q1 & 0xFF) << 8 | (uint32_t)(q2 & 0xFF) << 16 |
+                (uint32_t)q3 << 24;
+            if ((e & 31) == 0)
+                s[r * (pitch / 32) + e / 32] =
+                    make_uint2(__float_as_uint(tdm_xq_scale(amax)),
+                               ((uint32_t)sum & 0xFFFFu) | (uint32_t)upper << 16);
+        }
+    }
+}
+
+TDM_HD int tdm_dp4a(uint32_t a, int b, int c)
+{
+#ifdef __CUDA_ARCH__
+    return __dp4a((int)a, b, c);
+#else
+    for (int i = 0; i < 4; i++)
+        c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)((uint32_t)b >> (8 * i));
+    return c;
+#endif
+}
+
+/* Weight group g times the activation group (xa: elements 0..15, xb:
+ * 16..31, s its scale and half sums): dx (d0 s0 + d1 s1 - m0 x0 - m1 x1). */
+template <int T> TDM_HD float tdm_qg_dot(const tdm_qg &g, int4 xa, int4 xb, uint2 s)
+{
+    int s0 = tdm_dp4a(g.q[0], xa.x, 0), s1 = tdm_dp4a(g.q[4], xb.x, 0);
+    s0 = tdm_dp4a(g.q[1], xa.y, s0);
+    s1 = tdm_dp4a(g.q[5], xb.y, s1);
+    s0 = tdm_dp4a(g.q[2], xa.z, s0);
+    s1 = tdm_dp4a(g.q[6], xb.z, s1);
+    s0 = tdm_dp4a(g.q[3], xa.w, s0);
+    s1 = tdm_dp4a(g.q[7], xb.w, s1);
+    float v;
+    if (QT<T>::SPLIT)
+        v = g.d[0] * (float)s0 + g.d[1] * (float)s1;
+    else
+        v = g.d[0] * (float)(s0 + s1);
+    if (QT<T>::MIN) {
+        int x0 = (int)(short)(s.y & 0xFFFFu), x1 = (int)s.y >> 16;
+        v -= QT<T>::SPLIT ? g.m[0] * (float)x0 + g.m[1] * (float)x1 : g.m[0] * (float)(x0 + x1);
+    }
+    return tdm_bits_f32(s.x) * v;
+}
+
+/* Partial dot products of R consecutive weight rows (only the first nrows
+ * real) with the int8 chunk xq over units ubeg, ubeg + ustep, ... < uend of
+ * the chunk (row points at the chunk's first block). One unit's weights
+ * are decoded once for all tokens; each activation load serves R rows.
+ * __host__ too: tdm_gpu_dot_i8_host runs it against a host-built chunk. */
+template <int T, int NT, int R>
+TDM_HD void tdm_q8_rows_part(const uint8_t *row, int64_t row_bytes, int nrows, int ubeg, int uend,
+                             int ustep, const tdm_xq &xq, int ntok, float (*acc)[NT])
+{
+    using Q = QT<T>;
+    constexpr int UPB = Q::BLK / Q::UNIT, GPB = Q::BLK / 32;
+#ifdef __CUDA_ARCH__
+    /* two units' loads in flight where registers allow (1-2 tokens, 1 row) */
+#pragma unroll(NT * R <= 2 ? 2 : 1)
+#endif
+    for (int u = ubeg; u < uend; u += ustep) {
+        int blk = u / UPB, ub = u - blk * UPB;
+        tdm_qg g[R][Q::NG];
+        TDM_UNROLL
+        for (int r = 0; r < R; r++) /* rows past nrows repeat row 0; their sums are dropped */
+            Q::dqi8(row + (r < nrows ? r : 0) * row_bytes + (int64_t)blk * Q::BYTES, ub, g[r]);
+        TDM_UNROLL
+        for (int i = 0; i < Q::NG; i++) {
+            int gi = blk * GPB + Q::group(ub, i);
+            TDM_UNROLL
+            for (int t = 0; t < NT; t++) {
+                if (t < ntok) {
+                    int o = t * xq.pitch + 32 * gi;
+                    int4 xa = *(const int4 *)(xq.q + tdm_xq_swz(o));
+                    int4 xb = *(const int4 *)(xq.q + tdm_xq_swz(o + 16));
+                    uint2 s = xq.s[t * (xq.pitch / 32) + gi];
+                    TDM_UNROLL
+                    for (int r = 0; r < R; r++)
+                        acc[r][t] += tdm_qg_dot<T>(g[r][i], xa, xb, s);
+                }
+            }
+        }
+    }
+}
+
+/* ---- weight type known at run time (the fused MoE kernels) ---- */
+
+/* Geometry of a type known at run time: elements per unit on its path (8
+ * plain, 32 * NG quantised), block elements and bytes. */
+struct tdm_geom {
+    int unit, blk, bytes;
+};
+
+template <int T> __device__ __forceinline__ void tdm_geom_of(tdm_geom *g)
+{
+    *g = {QT<T>::UNIT, QT<T>::BLK, QT<T>::BYTES};
+}
+
+__device__ __forceinline__ tdm_geom tdm_geom_rt(int type)
+{
+    tdm_geom g = {8, 8, 32};
+    TDM_QT_DISPATCH(type, (tdm_geom_of<QTYPE>(&g)));
+    return g;
+}
+
+/* Partial dot of one row over units ubeg, ubeg + ustep, ... < uend of a
+ * chunk: quantised types against the chunk's int8 activations xq, plain
+ * ones against the float activations xf (at the chunk's start); row points
+ * at the chunk's first block. Adds to *acc. */
+template <int T>
+__device__ __forceinline__ void tdm_row_part(const uint8_t *row, int ubeg, int uend, int ustep,
+                                             const tdm_xq &xq, const float *xf, float *acc)
+{
+    if constexpr (QT<T>::I8)
+        tdm_q8_rows_part<T, 1, 1>(row, 0, 1, ubeg, uend, ustep, xq, 1, (float(*)[1])acc);
+    else
+        tdm_rows_dot_part<T, 1, 1>(row, 0, 1, uend, xf, 0, 1, ubeg, ustep, (float(*)[1])acc);
+}
+
+/* The same for a type known at run time (warp-uniform switch, outside the
+ * unit loop). */
+__device__ __forceinline__ float tdm_row_part_rt(int type, const uint8_t *row, int ubeg, int uend,
+                                                 int ustep, const tdm_xq &xq, const float *xf)
+{
+    float acc = 0.0f;
+    TDM_QT_DISPATCH(type, (tdm_row_part<QTYPE>(row, ubeg, uend, ustep, xq, xf, &acc)));
+    return acc;
+}
+
+/* Asks L2 for [p, p + bytes) ahead of the loads (hides the DRAM latency
+ * behind the activation quantisation). */
+__device__ __forceinline__ void tdm_prefetch_l2(const uint8_t *p, int64_t bytes)
+{
+    for (int64_t off = (int64_t)threadIdx.x * 128; off < bytes; off += (int64_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
 }
 
 /* Bytes of one row, and whether the GPU code handles the type. */

@@ -3,13 +3,19 @@
  * into a slot arena, non-resident experts skipped (their h rows stay
  * poisoned, their contribution absent), shared expert with a sigmoid gate and
  * its own types, the CPU partial sum `add`, accumulation into the residual,
- * real shapes (2048 x 512 and 2048 x 768) and mixed formats. */
+ * real shapes (2048 x 512 and 2048 x 768) and mixed formats.
+ *
+ * Quantised matrices multiply int8 activations (x, and h in the down
+ * launch, quantised per 32 elements; docs/GPU.md): the reference uses the
+ * very same x^ = q dx, reproduced bit for bit by tdm_gpu_xq_host, so the
+ * bounds stay those of float32 summation. F32/F16/BF16 use x itself. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 
 #include <cmocka.h>
 
+#include "gpu_test_hooks.h"
 #include "gpu_testutil.h"
 
 typedef struct mat {
@@ -43,7 +49,7 @@ static void mat_free(mat *m)
 }
 
 /* dot of row r with x in float64; *abs gets sum |w x| */
-static double rdot(const mat *m, int64_t r, const float *x, double *abs)
+static double rdot(const mat *m, int64_t r, const double *x, double *abs)
 {
     double s = 0, a = 0;
     for (int64_t i = 0; i < m->k; i++) {
@@ -53,6 +59,24 @@ static double rdot(const mat *m, int64_t r, const float *x, double *abs)
     }
     *abs = a;
     return s;
+}
+
+/* The n activations a matrix of type t multiplies: x itself for
+ * F32/F16/BF16, else the int8 x^ = q dx of the kernels (n % 32 == 0). */
+static void activations(tdm_qtype t, const float *x, int64_t n, double *out)
+{
+    if (t == TDM_Q_F32 || t == TDM_Q_F16 || t == TDM_Q_BF16) {
+        for (int64_t i = 0; i < n; i++)
+            out[i] = x[i];
+        return;
+    }
+    int8_t *q = malloc((size_t)n);
+    float *dx = malloc(sizeof(float) * (size_t)(n / 32));
+    tdm_gpu_xq_host(x, n, q, dx);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (double)q[i] * dx[i / 32];
+    free(q);
+    free(dx);
 }
 
 typedef struct expert {
@@ -169,6 +193,7 @@ static void run_moe_split(const moe_case *c)
 
     /* h: reference for resident selections; poisoned elsewhere */
     double *href = calloc(ntok * nsel * hs, sizeof(double)), *hb = calloc(ntok * nsel * hs, sizeof(double));
+    double *xg = malloc(sizeof(double) * D), *xu = malloc(sizeof(double) * D);
     float *hcmp = malloc(sizeof(float) * ntok * nsel * hs);
     for (int64_t t = 0; t < ntok; t++)
         for (int64_t i = 0; i < nsel; i++) {
@@ -178,6 +203,10 @@ static void run_moe_split(const moe_case *c)
             else if (i == k)
                 xp = &sh;
             int64_t nff = i == k ? c->sh_ff : F;
+            if (xp) {
+                activations(xp->gate.t, x + t * D, D, xg);
+                activations(xp->up.t, x + t * D, D, xu);
+            }
             for (int64_t r = 0; r < hs; r++) {
                 int64_t o = (t * nsel + i) * hs + r;
                 hcmp[o] = 0;
@@ -187,7 +216,7 @@ static void run_moe_split(const moe_case *c)
                                  (long long)t, (long long)i, (long long)r);
                     continue;
                 }
-                double ag, au, g = rdot(&xp->gate, r, x + t * D, &ag), u = rdot(&xp->up, r, x + t * D, &au);
+                double ag, au, g = rdot(&xp->gate, r, xg, &ag), u = rdot(&xp->up, r, xu, &au);
                 href[o] = silu(g) * u;
                 hb[o] = 1e-5 * (1.2 * ag * fabs(u) + fabs(silu(g)) * au) + 1e-12;
                 hcmp[o] = h[o];
@@ -201,6 +230,12 @@ static void run_moe_split(const moe_case *c)
 
     /* y: from the GPU's own h, so the down kernel is checked on its own */
     double *yref = malloc(sizeof(double) * ntok * D), *yb = malloc(sizeof(double) * ntok * D);
+    double *hq = calloc(ntok * nsel * hs, sizeof(double)); /* the h the down launch multiplies */
+    for (int64_t t = 0; t < ntok; t++)
+        for (int64_t i = 0; i < nsel; i++)
+            if (i == k || slot_of[c->layer * E + ids[t * k + i]] >= 0)
+                activations(i == k ? c->sh_dt : c->dt, h + (t * nsel + i) * hs, i == k ? c->sh_ff : F,
+                            hq + (t * nsel + i) * hs);
     for (int64_t t = 0; t < ntok; t++)
         for (int64_t r = 0; r < D; r++) {
             double s = (double)y0[t * D + r] + add[t * D + r], a = fabs(s);
@@ -216,7 +251,7 @@ static void run_moe_split(const moe_case *c)
                     dm = &sh.down;
                     wgt = 1.0 / (1.0 + exp(-(double)lg[t]));
                 }
-                double ad, d = rdot(dm, r, h + (t * nsel + i) * hs, &ad);
+                double ad, d = rdot(dm, r, hq + (t * nsel + i) * hs, &ad);
                 s += wgt * d;
                 a += wgt * ad;
             }
@@ -228,6 +263,7 @@ static void run_moe_split(const moe_case *c)
     check_close(what, y, yref, yb, ntok * D, 0, 0);
 
     free(h), free(y), free(href), free(hb), free(hcmp), free(yref), free(yb);
+    free(xg), free(xu), free(hq);
     free(x), free(ids), free(wts), free(lg), free(y0), free(add), free(slot_of), free(arena);
     dev_free(dx), dev_free(dh), dev_free(dids), dev_free(dw), dev_free(dadd), dev_free(dy);
     dev_free((void *)tab.slot_of), dev_free((void *)tab.arena);
@@ -275,6 +311,19 @@ static void test_moe_small_formats(void **state)
     }
 }
 
+static void test_moe_long_rows(void **state)
+{
+    (void)state;
+    /* activations longer than one shared-memory chunk: 9 h rows of 2048
+     * (down), and x of 16640 (gate/up) */
+    moe_case c = {512, 2048, 12, 8, 2, 0, 1, 1024, TDM_Q_Q4_K, TDM_Q_Q6_K, TDM_Q_Q8_0, TDM_Q_Q4_K,
+                  0.8, true};
+    run_moe(&c);
+    moe_case w = {16640, 64, 4, 2, 1, 0, 1, 64, TDM_Q_Q4_K, TDM_Q_Q8_0, TDM_Q_Q8_0, TDM_Q_BF16,
+                  1.0, true};
+    run_moe(&w);
+}
+
 static void test_moe_bad_input(void **state)
 {
     (void)state;
@@ -304,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_moe_qwen35_shapes),
         cmocka_unit_test(test_moe_qwen3_shapes),
         cmocka_unit_test(test_moe_small_formats),
+        cmocka_unit_test(test_moe_long_rows),
         cmocka_unit_test(test_moe_bad_input),
     };
     return cmocka_run_group_tests(tests, gpu_setup, gpu_teardown);

@@ -4,15 +4,22 @@
  * odd sizes and the real expert shapes (512x2048 gate/up, 2048x512 down).
  *
  * Error bounds (docs/GPU.md): the GPU dequantises exactly (bit-equal to the
- * CPU) and keeps activations in float32, so matvec only differs by float32
- * accumulation order: |err| <= 1e-5 * sum|w x| per element. The prompt path
- * rounds weights and activations to fp16: |err| <= 2e-3 * sum|w x|. */
+ * CPU). F32/F16/BF16 keep activations in float32, so matvec only differs by
+ * float32 accumulation order: |err| <= 1e-5 * sum|w x| per element. The
+ * quantised formats multiply int8 activations x^ = q dx (per 32 elements,
+ * reproduced bit for bit on the host by tdm_gpu_xq_host): checked twice,
+ * (1) against the float64 product with x^, |err| <= 1e-5 * sum|w x^| (the
+ * tight check a wrong kernel fails), (2) against the exact x with the
+ * documented bound 1e-5 * sum|w x^| + sum_i |w_i| amax_g(i) / 254 (1 + 1e-4).
+ * The prompt path rounds weights and activations to fp16:
+ * |err| <= 2e-3 * sum|w x|. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 
 #include <cmocka.h>
 
+#include "gpu_test_hooks.h"
 #include "gpu_testutil.h"
 
 typedef struct problem {
@@ -20,10 +27,13 @@ typedef struct problem {
     int64_t rows, k;
     uint8_t *w;   /* host quantised [rows][k] */
     float *wf;    /* host dequantised */
-    void *dw;     /* device copy of w */
+    void *base;   /* device buffer */
+    void *dw;     /* device copy of w, inside base */
 } problem;
 
-static void problem_make(problem *p, tdm_qtype t, int64_t rows, int64_t k)
+/* Weights at byte offset `off` of their device buffer (blocks need not be
+ * aligned: the int8 path picks its loads by address). */
+static void problem_make_at(problem *p, tdm_qtype t, int64_t rows, int64_t k, size_t off)
 {
     p->t = t;
     p->rows = rows;
@@ -38,24 +48,32 @@ static void problem_make(problem *p, tdm_qtype t, int64_t rows, int64_t k)
         tdm_error e = {0};
         assert_int_equal(tdm_dequant_row(t, p->w + r * rb, p->wf + r * k, k, &e), TDM_OK);
     }
-    p->dw = dev_upload(p->w, rb * rows);
+    p->base = dev_alloc(rb * rows + off);
+    p->dw = (uint8_t *)p->base + off;
+    GPU_OK(tdm_gpu_upload(g_gpu, p->dw, p->w, rb * rows, ERR));
+}
+
+static void problem_make(problem *p, tdm_qtype t, int64_t rows, int64_t k)
+{
+    problem_make_at(p, t, rows, k, 0);
 }
 
 static void problem_free(problem *p)
 {
-    dev_free(p->dw);
+    dev_free(p->base);
     free(p->w);
     free(p->wf);
 }
 
 /* ref[t][r] = sum w x in float64, bound = tol * sum |w x| + tiny. */
-static void reference(const problem *p, const float *x, int64_t ntok, double tol, double *ref,
+static void reference(const problem *p, const double *x, int64_t ntok, double tol, double *ref,
                       double *bound)
 {
     for (int64_t t = 0; t < ntok; t++)
         for (int64_t r = 0; r < p->rows; r++) {
             double s = 0, a = 0;
-            const float *wr = p->wf + r * p->k, *xt = x + t * p->k;
+            const float *wr = p->wf + r * p->k;
+            const double *xt = x + t * p->k;
             for (int64_t i = 0; i < p->k; i++) {
                 s += (double)wr[i] * xt[i];
                 a += fabs((double)wr[i] * xt[i]);
@@ -65,42 +83,104 @@ static void reference(const problem *p, const float *x, int64_t ntok, double tol
         }
 }
 
-static void run_matvec(tdm_qtype t, int64_t rows, int64_t k, int ntok, bool accumulate)
+static bool int8_path(tdm_qtype t)
+{
+    return t != TDM_Q_F32 && t != TDM_Q_F16 && t != TDM_Q_BF16;
+}
+
+/* The activations the kernel multiplies (x^ for the int8 path, else x) and,
+ * per element, the rounding bound amax_g / 254 (1 + 1e-4) (0 for float). */
+static void kernel_activations(tdm_qtype t, const float *x, int64_t n, double *xa, double *xerr)
+{
+    if (!int8_path(t)) {
+        for (int64_t i = 0; i < n; i++)
+            xa[i] = x[i], xerr[i] = 0;
+        return;
+    }
+    int8_t *q = malloc((size_t)n);
+    float *dx = malloc(sizeof(float) * (size_t)(n / 32));
+    tdm_gpu_xq_host(x, n, q, dx);
+    for (int64_t g = 0; g < n / 32; g++) {
+        double amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fmax(amax, fabs((double)x[32 * g + i]));
+        for (int i = 0; i < 32; i++) {
+            xa[32 * g + i] = (double)q[32 * g + i] * dx[g];
+            xerr[32 * g + i] = amax / 254 * (1 + 1e-4);
+        }
+    }
+    free(q);
+    free(dx);
+}
+
+static void run_matvec_at(tdm_qtype t, int64_t rows, int64_t k, int ntok, bool accumulate,
+                          size_t off)
 {
     problem p;
-    problem_make(&p, t, rows, k);
-    float *x = malloc(sizeof(float) * ntok * k);
-    rand_floats(x, (size_t)ntok * k, 1.0f);
-    double *ref = malloc(sizeof(double) * ntok * rows), *bound = malloc(sizeof(double) * ntok * rows);
-    reference(&p, x, ntok, 1e-5, ref, bound);
-    float *dx = dev_upload(x, sizeof(float) * ntok * k);
+    problem_make_at(&p, t, rows, k, off);
+    size_t nx = (size_t)ntok * k, ny = (size_t)ntok * rows;
+    float *x = malloc(sizeof(float) * nx);
+    rand_floats(x, nx, 1.0f);
+    double *xa = malloc(sizeof(double) * nx), *xerr = malloc(sizeof(double) * nx);
+    double *xe = malloc(sizeof(double) * nx);
+    kernel_activations(t, x, (int64_t)nx, xa, xerr);
+    for (size_t i = 0; i < nx; i++)
+        xe[i] = x[i];
+    double *ref = malloc(sizeof(double) * ny), *bound = malloc(sizeof(double) * ny);
+    double *ref_e = malloc(sizeof(double) * ny), *bound_e = malloc(sizeof(double) * ny);
+    reference(&p, xa, ntok, 1e-5, ref, bound);
+    reference(&p, xe, ntok, 0, ref_e, bound_e);
+    for (int64_t tk = 0; tk < ntok; tk++) /* documented bound: + sum |w| * rounding of x */
+        for (int64_t r = 0; r < rows; r++) {
+            double e = 0;
+            for (int64_t i = 0; i < k; i++)
+                e += fabs((double)p.wf[r * k + i]) * xerr[tk * k + i];
+            bound_e[tk * rows + r] = bound[tk * rows + r] + e;
+        }
+    float *dx = dev_upload(x, sizeof(float) * nx);
     float *dy;
     float *y0 = NULL;
     if (accumulate) { /* y starts as random values that must be added to */
-        y0 = malloc(sizeof(float) * ntok * rows);
-        rand_floats(y0, (size_t)ntok * rows, 1.0f);
-        for (int64_t i = 0; i < ntok * rows; i++) {
+        y0 = malloc(sizeof(float) * ny);
+        rand_floats(y0, ny, 1.0f);
+        for (size_t i = 0; i < ny; i++) {
             ref[i] += y0[i];
+            ref_e[i] += y0[i];
             bound[i] += 1e-6 * fabs(y0[i]);
+            bound_e[i] += 1e-6 * fabs(y0[i]);
         }
-        dy = dev_upload(y0, sizeof(float) * ntok * rows);
+        dy = dev_upload(y0, sizeof(float) * ny);
     } else {
-        dy = dev_poisoned((size_t)ntok * rows);
+        dy = dev_poisoned(ny);
     }
     GPU_OK(tdm_gpu_matvec(g_gpu, t, p.dw, rows, k, dx, ntok, dy, accumulate, ERR));
-    float *y = dev_download_f32(dy, (size_t)ntok * rows);
+    float *y = dev_download_f32(dy, ny);
     char what[96];
-    snprintf(what, sizeof what, "matvec %s %lldx%lld ntok %d%s", tdm_qtype_name(t),
-             (long long)rows, (long long)k, ntok, accumulate ? " acc" : "");
-    check_close(what, y, ref, bound, (size_t)ntok * rows, 0, 0);
+    snprintf(what, sizeof what, "matvec %s %lldx%lld ntok %d%s%s", tdm_qtype_name(t),
+             (long long)rows, (long long)k, ntok, accumulate ? " acc" : "", off ? " unaligned" : "");
+    check_close(what, y, ref, bound, ny, 0, 0);
+    if (int8_path(t)) {
+        snprintf(what, sizeof what, "  vs exact x (+ int8 rounding bound)");
+        check_close(what, y, ref_e, bound_e, ny, 0, 0);
+    }
     free(y);
     free(y0);
     free(x);
+    free(xa);
+    free(xe);
+    free(xerr);
     free(ref);
     free(bound);
+    free(ref_e);
+    free(bound_e);
     dev_free(dx);
     dev_free(dy);
     problem_free(&p);
+}
+
+static void run_matvec(tdm_qtype t, int64_t rows, int64_t k, int ntok, bool accumulate)
+{
+    run_matvec_at(t, rows, k, ntok, accumulate, 0);
 }
 
 static void test_matvec_all_types(void **state)
@@ -127,6 +207,15 @@ static void test_matvec_expert_shapes(void **state)
         run_matvec(ts[i], 2048, 512, 1, false);  /* down */
         run_matvec(ts[i], 512, 2048, 8, false);
         run_matvec(ts[i], 2048, 768, 5, false);  /* Qwen3-30B-A3B down */
+    }
+    /* rows longer than one activation chunk (uneven last chunk) */
+    run_matvec(TDM_Q_Q4_K, 37, 16640, 1, true);
+    run_matvec(TDM_Q_Q8_0, 29, 16416, 3, false);
+    /* weights 2-byte and 1-byte aligned: every load width of the int8 path */
+    static const tdm_qtype ua[] = {TDM_Q_Q4_K, TDM_Q_Q5_K, TDM_Q_Q6_K, TDM_Q_Q8_0, TDM_Q_Q3_K};
+    for (size_t i = 0; i < sizeof ua / sizeof ua[0]; i++) {
+        run_matvec_at(ua[i], 67, 512, 2, false, 2);
+        run_matvec_at(ua[i], 67, 512, 1, false, 1);
     }
 }
 
@@ -193,7 +282,11 @@ static void run_matmul(tdm_qtype t, int64_t rows, int64_t k, int64_t ntok, int64
     float *x = malloc(sizeof(float) * ntok * k);
     rand_floats(x, (size_t)ntok * k, 1.0f);
     double *ref = malloc(sizeof(double) * ntok * rows), *bound = malloc(sizeof(double) * ntok * rows);
-    reference(&p, x, ntok, 2e-3, ref, bound);
+    double *xe = malloc(sizeof(double) * ntok * k);
+    for (int64_t i = 0; i < ntok * k; i++)
+        xe[i] = x[i];
+    reference(&p, xe, ntok, 2e-3, ref, bound);
+    free(xe);
     float *dx = dev_upload(x, sizeof(float) * ntok * k);
     float *dy = dev_poisoned((size_t)ntok * rows);
     size_t sb = tdm_gpu_matmul_scratch_bytes(chunk_rows, k, ntok);
