@@ -33,6 +33,12 @@ typedef struct glayer {
     dweight qkv, z, beta, alpha, conv, dt, a, ssm_norm, out; /* DeltaNet (beta/alpha split from ssm_ba) */
     dweight router, shexp_gate;
     dweight sh_gate, sh_up, sh_down;
+    /* decode: products sharing an input, uploaded back to back so one launch
+     * covers them (d NULL when their types or widths differ) */
+    dweight f_qkv;   /* attention wq | wk | wv */
+    dweight f_dn;    /* DeltaNet qkv | z */
+    dweight f_ba;    /* DeltaNet beta | alpha */
+    dweight f_route; /* router | shared-expert gate */
     tdm_gpu_expert_table table; /* routed experts (or the dense FFN as one expert) */
     tdm_gpu_shared_expert shared;
     tdm_gpu_moe_layer moe;
@@ -132,6 +138,41 @@ static tdm_status up_weight(tdm_forward_gpu *f, const tdm_weight *w, dweight *dw
     return TDM_OK;
 }
 
+/* Uploads n 2-D weights (data present) back to back when they share a type
+ * and a width, so that one product covers them all (*fused); each one's dweight
+ * views its rows. Otherwise each is uploaded on its own and fused->d is NULL. */
+static tdm_status up_group(tdm_forward_gpu *f, const tdm_weight *const *ws, int n, dweight *const *outs,
+                           dweight *fused, tdm_error *err)
+{
+    memset(fused, 0, sizeof *fused);
+    bool same = true;
+    size_t bytes = 0;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        same = same && ws[i]->data && ws[i]->n_mat == 1 && ws[i]->type == ws[0]->type && ws[i]->cols == ws[0]->cols;
+        bytes += ws[i]->mat_bytes;
+        rows += ws[i]->rows;
+    }
+    if (!same || (ws[0]->type != TDM_Q_F32 && !tdm_gpu_type_supported(ws[0]->type))) {
+        for (int i = 0; i < n; i++)
+            TRY(up_weight(f, ws[i], outs[i], err));
+        return TDM_OK;
+    }
+    uint8_t *d;
+    TRY(dalloc(f, bytes, &d, err));
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        tdm_status st = tdm_gpu_upload(f->g, d + off, ws[i]->data, ws[i]->mat_bytes, err);
+        if (st)
+            return tdm_error_wrap(err, "uploading %s", ws[i]->name);
+        *outs[i] = (dweight){d + off, ws[i]->type, ws[i]->rows, ws[i]->cols};
+        off += ws[i]->mat_bytes;
+    }
+    f->weight_bytes += bytes;
+    *fused = (dweight){d, ws[0]->type, rows, ws[0]->cols};
+    return TDM_OK;
+}
+
 /* qwen3next's ssm_ba rows are grouped per key head [b(r) | a(r)]: copy them
  * into separate beta and alpha matrices ordered by value head, so both
  * layouts run the same code (as forward.c's deltanet_gates reads them). */
@@ -157,6 +198,7 @@ static tdm_status up_ba(tdm_forward_gpu *f, const tdm_weight *ba, glayer *gl, td
     f->weight_bytes += 2 * (size_t)Hv * rb;
     gl->beta = (dweight){d, ba->type, Hv, ba->cols};
     gl->alpha = (dweight){(const uint8_t *)d + (size_t)Hv * rb, ba->type, Hv, ba->cols};
+    gl->f_ba = (dweight){d, ba->type, 2 * Hv, ba->cols};
     return TDM_OK;
 }
 
@@ -225,16 +267,29 @@ static tdm_status upload_layer(tdm_forward_gpu *f, const tdm_layer *L, int32_t i
 {
     tdm_status st = TDM_OK;
 #define UP(field, w) if (!st) st = up_weight(f, &L->w, &gl->field, err)
+#define GROUP(fused, ...)                                                                        \
+    do {                                                                                         \
+        const tdm_weight *ws_[] = {__VA_ARGS__};                                                 \
+        if (!st)                                                                                 \
+            st = up_group(f, ws_, (int)(sizeof ws_ / sizeof *ws_), outs_, &gl->fused, err);      \
+    } while (0)
     UP(attn_norm, attn_norm); UP(post_norm, post_norm);
     if (L->kind == TDM_LAYER_ATTN) {
-        UP(wq, wq); UP(wk, wk); UP(wv, wv); UP(wo, wo); UP(q_norm, q_norm); UP(k_norm, k_norm);
+        dweight *outs_[] = {&gl->wq, &gl->wk, &gl->wv};
+        GROUP(f_qkv, &L->wq, &L->wk, &L->wv);
+        UP(wo, wo); UP(q_norm, q_norm); UP(k_norm, k_norm);
     } else {
-        UP(qkv, ssm_qkv); UP(z, ssm_z); UP(conv, ssm_conv); UP(dt, ssm_dt); UP(a, ssm_a);
+        dweight *outs_[] = {&gl->qkv, &gl->z};
+        GROUP(f_dn, &L->ssm_qkv, &L->ssm_z);
+        UP(conv, ssm_conv); UP(dt, ssm_dt); UP(a, ssm_a);
         UP(ssm_norm, ssm_norm); UP(out, ssm_out);
         if (!st && L->ssm_ba.data)
             st = up_ba(f, &L->ssm_ba, gl, err);
         else {
-            UP(beta, ssm_beta); UP(alpha, ssm_alpha);
+            dweight *outs_ba[] = {&gl->beta, &gl->alpha};
+            const tdm_weight *ws_ba[] = {&L->ssm_beta, &L->ssm_alpha};
+            if (!st)
+                st = up_group(f, ws_ba, 2, outs_ba, &gl->f_ba, err);
         }
     }
     if (L->ffn == TDM_FFN_DENSE) {
@@ -244,8 +299,14 @@ static tdm_status upload_layer(tdm_forward_gpu *f, const tdm_layer *L, int32_t i
         gl->k = 1;
         return st;
     }
-    UP(router, router); UP(shexp_gate, shexp_gate);
+    if (L->shexp_gate.data) {
+        dweight *outs_[] = {&gl->router, &gl->shexp_gate};
+        GROUP(f_route, &L->router, &L->shexp_gate);
+    } else {
+        UP(router, router);
+    }
     UP(sh_gate, gate_shexp); UP(sh_up, up_shexp); UP(sh_down, down_shexp);
+#undef GROUP
 #undef UP
     if (!st && f->hybrid) {
         if ((st = check_expert_types(&L->gate_exps, &L->up_exps, &L->down_exps, err)))
@@ -570,6 +631,14 @@ static tdm_status proj(tdm_forward_gpu *f, const dweight *w, const float *x, int
 /* ---- layers (forward.c's attention_layer / deltanet_layer / ffn_layer) ---- */
 
 
+/* A one-token step runs a fused group as one product into dst, when the
+ * group exists and its rows fit dst's cap floats (the [B][...] buffers hold
+ * B rows of a batch; one token's fused rows need only one). */
+static bool fused(const dweight *g, int32_t n, size_t cap)
+{
+    return n == 1 && g->d && (size_t)g->rows <= cap;
+}
+
 static tdm_status attention_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer *gl, int32_t n, int32_t pos0,
                                   tdm_error *err)
 {
@@ -579,14 +648,24 @@ static tdm_status attention_layer(tdm_forward_gpu *f, const tdm_layer *L, const 
     uint16_t *kc = f->kc + (size_t)L->slot * per_layer, *vc = f->vc + (size_t)L->slot * per_layer;
     float *Q = f->q, *K = f->p2, *V = f->p3;
     TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, n, d, d, hp->norm_eps, err));
-    if (hp->attn_gated) {
-        TRY(proj(f, &gl->wq, f->xn, n, f->p1, false, err));
-        TRY(tdm_gpu_qgate_split(f->g, f->p1, Q, f->gate, n, H, hd, err));
+    if (fused(&gl->f_qkv, n, (size_t)f->B * f->wide)) { /* p1 = q (| gate) | k | v */
+        TRY(proj(f, &gl->f_qkv, f->xn, 1, f->p1, false, err));
+        K = f->p1 + gl->wq.rows;
+        V = K + gl->wk.rows;
+        if (hp->attn_gated)
+            TRY(tdm_gpu_qgate_split(f->g, f->p1, Q, f->gate, n, H, hd, err));
+        else
+            Q = f->p1;
     } else {
-        TRY(proj(f, &gl->wq, f->xn, n, Q, false, err));
+        if (hp->attn_gated) {
+            TRY(proj(f, &gl->wq, f->xn, n, f->p1, false, err));
+            TRY(tdm_gpu_qgate_split(f->g, f->p1, Q, f->gate, n, H, hd, err));
+        } else {
+            TRY(proj(f, &gl->wq, f->xn, n, Q, false, err));
+        }
+        TRY(proj(f, &gl->wk, f->xn, n, K, false, err));
+        TRY(proj(f, &gl->wv, f->xn, n, V, false, err));
     }
-    TRY(proj(f, &gl->wk, f->xn, n, K, false, err));
-    TRY(proj(f, &gl->wv, f->xn, n, V, false, err));
     TRY(tdm_gpu_rmsnorm(f->g, Q, gl->q_norm.d, Q, (int64_t)n * H, hd, hd, hp->norm_eps, err));
     TRY(tdm_gpu_rmsnorm(f->g, K, gl->k_norm.d, K, (int64_t)n * Hkv, hd, hd, hp->norm_eps, err));
     TRY(tdm_gpu_rope(f->g, Q, n, H, hd, H * hd, hp->n_rot, (float)hp->rope_base, f->pos, err));
@@ -605,18 +684,28 @@ static tdm_status deltanet_layer(tdm_forward_gpu *f, const tdm_layer *L, const g
     const int64_t d = hp->n_embd, Hv = hp->ssm_n_v_heads, K = hp->ssm_conv_kernel;
     float *conv_state = f->rec + (size_t)L->slot * (size_t)(K - 1) * f->conv_dim;
     float *S = f->rec + f->conv_floats + (size_t)L->slot * Hv * hp->ssm_d_k * hp->ssm_d_v;
+    float *z = f->p2, *alpha = f->alpha;
     TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, n, d, d, hp->norm_eps, err));
-    TRY(proj(f, &gl->qkv, f->xn, n, f->p1, false, err));
-    TRY(proj(f, &gl->z, f->xn, n, f->p2, false, err));
-    TRY(proj(f, &gl->beta, f->xn, n, f->beta, false, err));
-    TRY(proj(f, &gl->alpha, f->xn, n, f->alpha, false, err));
+    if (fused(&gl->f_dn, n, (size_t)f->B * f->wide)) { /* p1 = qkv | z */
+        TRY(proj(f, &gl->f_dn, f->xn, 1, f->p1, false, err));
+        z = f->p1 + gl->qkv.rows;
+    } else {
+        TRY(proj(f, &gl->qkv, f->xn, n, f->p1, false, err));
+        TRY(proj(f, &gl->z, f->xn, n, z, false, err));
+    }
+    if (fused(&gl->f_ba, n, (size_t)f->B * Hv)) { /* beta | alpha */
+        TRY(proj(f, &gl->f_ba, f->xn, 1, f->beta, false, err));
+        alpha = f->beta + Hv;
+    } else {
+        TRY(proj(f, &gl->beta, f->xn, n, f->beta, false, err));
+        TRY(proj(f, &gl->alpha, f->xn, n, alpha, false, err));
+    }
     TRY(tdm_gpu_ssm_conv(f->g, f->p1, gl->conv.d, conv_state, f->p3, n, f->conv_dim, K, err));
     const tdm_gpu_deltanet_shape sh = {
         .n_k_head = hp->ssm_n_k_heads, .n_v_head = Hv, .d_k = hp->ssm_d_k, .d_v = hp->ssm_d_v,
         .map = hp->vhead_tiled ? TDM_GPU_HEADS_TILED : TDM_GPU_HEADS_GROUPED, .eps = 1e-6f};
-    TRY(tdm_gpu_deltanet(f->g, &sh, f->p3, f->beta, f->alpha, gl->a.d, gl->dt.d, S, f->ao, n, err));
-    TRY(tdm_gpu_rmsnorm_gated(f->g, f->ao, f->p2, gl->ssm_norm.d, f->q, (int64_t)n * Hv, hp->ssm_d_v, hp->norm_eps,
-                              err));
+    TRY(tdm_gpu_deltanet(f->g, &sh, f->p3, f->beta, alpha, gl->a.d, gl->dt.d, S, f->ao, n, err));
+    TRY(tdm_gpu_rmsnorm_gated(f->g, f->ao, z, gl->ssm_norm.d, f->q, (int64_t)n * Hv, hp->ssm_d_v, hp->norm_eps, err));
     return proj(f, &gl->out, f->q, n, f->x, true, err);
 }
 
@@ -642,11 +731,20 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
     const int32_t k = gl->k;
     const int32_t *ids = f->zeros;
     const float *wts = f->ones;
+    tdm_gpu_moe_layer moe = gl->moe; /* a one-token step may read the shared gate from the fused logits */
+    tdm_gpu_shared_expert shared;
     TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->xn, n, d, d, hp->norm_eps, err));
-    if (L->ffn == TDM_FFN_MOE) {
+    if (L->ffn == TDM_FFN_MOE && fused(&gl->f_route, n, (size_t)f->B * hp->n_expert)) { /* router | shared gate */
+        TRY(proj(f, &gl->f_route, f->xn, 1, f->rl, false, err));
+        shared = gl->shared;
+        shared.gate_logit = f->rl + hp->n_expert;
+        moe.shared = &shared;
+    } else if (L->ffn == TDM_FFN_MOE) {
         TRY(proj(f, &gl->router, f->xn, n, f->rl, false, err));
         if (gl->shexp_gate.d)
             TRY(proj(f, &gl->shexp_gate, f->xn, n, f->sg, false, err));
+    }
+    if (L->ffn == TDM_FFN_MOE) {
         ids = layer_ids(f, il);
         wts = f->wts;
         TRY(tdm_gpu_router(f->g, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts, err));
@@ -656,12 +754,12 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         if (f->ex)
             TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, err));
     }
-    if (n > f->mm_min && f->moe_scratch && gl->moe.gate_type != TDM_Q_F32) /* prompt: grouped by expert */
-        TRY(tdm_gpu_moe_prefill(f->g, &gl->moe, f->xn, ids, wts, n, k, f->h, NULL, f->x, true, f->moe_scratch,
+    if (n > f->mm_min && f->moe_scratch && moe.gate_type != TDM_Q_F32) /* prompt: grouped by expert */
+        TRY(tdm_gpu_moe_prefill(f->g, &moe, f->xn, ids, wts, n, k, f->h, NULL, f->x, true, f->moe_scratch,
                                 f->moe_bytes, err));
     else {
-        TRY(tdm_gpu_moe_gate_up(f->g, &gl->moe, f->xn, ids, n, k, f->h, err));
-        TRY(tdm_gpu_moe_down(f->g, &gl->moe, f->h, ids, wts, n, k, NULL, f->x, true, err));
+        TRY(tdm_gpu_moe_gate_up(f->g, &moe, f->xn, ids, n, k, f->h, err));
+        TRY(tdm_gpu_moe_down(f->g, &moe, f->h, ids, wts, n, k, NULL, f->x, true, err));
     }
     return f->ex && L->ffn == TDM_FFN_MOE ? tdm_gpu_handoff_merge(f->g, &f->ho, f->x, n, err) : TDM_OK;
 }
