@@ -2,8 +2,15 @@
  * (publish -> driver sees the job -> computes nothing -> flag back), the
  * protocol's fixed cost per missed layer, and the same for a job of k missed
  * experts of the model. Prints median and p99 in microseconds.
- *   build/bench/pool_handoff [MODEL.gguf] [--rounds N] [--gap-us G]
- * --gap-us: idle time between jobs (e.g. 2000 puts the driver to sleep). */
+ *   build/bench/pool_handoff [MODEL.gguf] [--rounds N] [--gap-us G] [--threads T]
+ *                            [--gpu-publish] [--kick]
+ * --gap-us: idle time between jobs (e.g. 2000 puts the team to sleep).
+ * --threads: pool team size (default: physical cores - 1).
+ * --gpu-publish: store dev_seq without waking the futex, as a GPU kernel does
+ * (a sleeping driver then notices within its 1 ms futex timeout).
+ * --kick: tdm_pool_kick after each gap, as a GPU step starts with. */
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +34,22 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void measure(tdm_pool *p, int rounds, int gap_us, const char *what)
+typedef struct mode {
+    int rounds, gap_us;
+    bool gpu_publish, kick;
+} mode;
+
+/* What a GPU publisher does (gpu_handoff.cu): a plain release store, no wake. */
+static uint32_t publish_like_gpu(tdm_mailbox *mb)
 {
+    const uint32_t s = atomic_load_explicit(&mb->dev_seq, memory_order_relaxed) + 1;
+    atomic_store_explicit(&mb->dev_seq, s, memory_order_release);
+    return s;
+}
+
+static void measure(tdm_pool *p, const mode *md, const char *what)
+{
+    const int rounds = md->rounds, gap_us = md->gap_us;
     double *lat = malloc((size_t)rounds * sizeof *lat);
     tdm_error err = {0};
     if (!lat)
@@ -36,8 +57,11 @@ static void measure(tdm_pool *p, int rounds, int gap_us, const char *what)
     for (int r = 0; r < rounds; r++) {
         if (gap_us)
             usleep((useconds_t)gap_us);
+        if (md->kick)
+            tdm_pool_kick(p);
         const double t0 = now_us();
-        if (tdm_pool_wait(p, tdm_pool_publish(p), NULL, &err)) {
+        const uint32_t seq = md->gpu_publish ? publish_like_gpu(tdm_pool_mailbox(p)) : tdm_pool_publish(p);
+        if (tdm_pool_wait(p, seq, NULL, &err)) {
             fprintf(stderr, "pool_handoff: %s\n", err.msg);
             break;
         }
@@ -52,17 +76,25 @@ static void measure(tdm_pool *p, int rounds, int gap_us, const char *what)
 int main(int argc, char **argv)
 {
     const char *path = "models/demo/demo-Q4_K_M.gguf";
-    int rounds = 2000, gap = 0;
+    mode md = {.rounds = 2000};
+    int threads = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
-            rounds = atoi(argv[++i]);
+            md.rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gap-us") && i + 1 < argc)
-            gap = atoi(argv[++i]);
+            md.gap_us = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gpu-publish"))
+            md.gpu_publish = true;
+        else if (!strcmp(argv[i], "--kick"))
+            md.kick = true;
         else
             path = argv[i];
     }
-    if (rounds < 1 || gap < 0) {
-        fprintf(stderr, "usage: pool_handoff [MODEL.gguf] [--rounds N>0] [--gap-us G>=0]\n");
+    if (md.rounds < 1 || md.gap_us < 0 || threads < 0) {
+        fprintf(stderr, "usage: pool_handoff [MODEL.gguf] [--rounds N>0] [--gap-us G>=0] [--threads T>=0] "
+                        "[--gpu-publish] [--kick]\n");
         return 2;
     }
     tdm_error err = {0};
@@ -76,14 +108,15 @@ int main(int argc, char **argv)
     int32_t il = 0;
     while (il < hp->n_layer && tdm_model_layer(m, il)->ffn != TDM_FFN_MOE)
         il++;
-    tdm_pool_params pp = {.model = m, .topo = topo, .max_tok = 1};
+    tdm_pool_params pp = {.model = m, .topo = topo, .n_threads = threads, .max_tok = 1};
     tdm_pool *p;
     int32_t *res = malloc((size_t)hp->n_layer * hp->n_expert * sizeof *res);
     if (il == hp->n_layer || !res || tdm_pool_new(&pp, &p, &err)) {
         fprintf(stderr, "pool_handoff: %s\n", il == hp->n_layer ? "no MoE layer" : err.msg);
         return 1;
     }
-    printf("%s: pool %d threads (pinned %d)\n", path, tdm_pool_threads(p), tdm_pool_pinned(p));
+    printf("%s: pool %d threads (pinned %d), %s publisher%s\n", path, tdm_pool_threads(p), tdm_pool_pinned(p),
+           md.gpu_publish ? "GPU-like" : "host", md.kick ? ", kick after each gap" : "");
     tdm_mailbox *mb = tdm_pool_mailbox(p);
     mb->layer = il;
     mb->n_tok = 1;
@@ -96,11 +129,11 @@ int main(int argc, char **argv)
     for (int32_t i = 0; i < hp->n_layer * hp->n_expert; i++)
         res[i] = i; /* all resident: the job is the bare hand-off */
     tdm_pool_set_residency(p, res);
-    measure(p, rounds, gap, "hand-off, no expert");
+    measure(p, &md, "hand-off, no expert");
     tdm_pool_set_residency(p, NULL);
     char what[64];
     snprintf(what, sizeof what, "hand-off + %d missed experts", hp->n_expert_used);
-    measure(p, rounds, gap, what);
+    measure(p, &md, what);
     tdm_pool_stats st;
     tdm_pool_get_stats(p, &st);
     printf("pool: %lld jobs, %.3f ms in jobs, %llu bytes read, %.2f GB/s inside jobs\n", (long long)st.jobs, st.ms,

@@ -3,19 +3,37 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
 
-/* One unit of parallel work: rows r0..r1-1 of expert e's matrix. */
-typedef struct work_item {
-    int32_t e, r0, r1;
-} work_item;
+/* A dynamically scheduled phase: the rows of every used expert cut into
+ * blocks of rb rows; item w is block w % nblk of expert used[w / nblk], so the
+ * items go expert by expert in id order. */
+typedef struct phase {
+    int64_t rows, rb;
+    int32_t nblk, n_items;
+    _Alignas(64) _Atomic int32_t next; /* next item to take; own line, as every thread bumps it */
+} phase;
+
+/* The call in progress: written by thread 0 before the team starts, then read-only. */
+typedef struct job {
+    const tdm_experts_desc *d;
+    const float *x;
+    const tdm_expert_sel *sel;
+    float *out;
+    tdm_team *team;
+    int32_t n_tok, n_sel;
+    bool accumulate, same_act;
+    size_t ag, au, ad; /* quantised activation row bytes for gate, up, down */
+    size_t rg, ru, rd; /* weight row bytes */
+} job;
 
 struct tdm_experts_scratch {
     int64_t max_embd, max_ff;
-    int32_t max_tok, max_sel, max_expert, max_items;
+    int32_t max_tok, max_sel, max_expert;
     size_t act_cap_embd, act_cap_ff; /* bytes of one quantised row, worst case */
     uint8_t *xq_tok;    /* [max_tok][act_cap_embd] x quantised for gate */
     uint8_t *xq_tok2;   /* [max_tok][act_cap_embd] x quantised for up when its format differs */
@@ -27,11 +45,13 @@ struct tdm_experts_scratch {
     float *y;           /* [max_sel][max_embd] expert outputs in expert order */
     int32_t *cnt;       /* [max_expert] selections per expert */
     int32_t *off;       /* [max_expert + 1] first sorted slot of each expert */
+    int32_t *used;      /* [max_expert] the experts with selections, ascending */
     int32_t *pos;       /* [max_sel] sorted slot of selection i */
     int32_t *tcnt;      /* [max_tok + 1] selections per token, then offsets */
     int32_t *tlist;     /* [max_sel] selection ids grouped by token, in list order */
-    work_item *items;   /* [max_items] */
     size_t bytes;
+    job job;
+    phase gu, dn;       /* gate/up rows (n_ff per expert), down rows (n_embd) */
 };
 
 /* Largest activation row of n elements over every format (F32 is the widest). */
@@ -54,10 +74,10 @@ void tdm_experts_scratch_free(tdm_experts_scratch *s)
     free(s->y);
     free(s->cnt);
     free(s->off);
+    free(s->used);
     free(s->pos);
     free(s->tcnt);
     free(s->tlist);
-    free(s->items);
     free(s);
 }
 
@@ -76,9 +96,11 @@ tdm_status tdm_experts_scratch_new(int64_t max_embd, int64_t max_ff, int32_t max
         return tdm_error_set(err, TDM_ERR_INVALID, "experts scratch: sizes must be positive (embd %lld, ff %lld, "
                              "tok %d, sel %d, experts %d)", (long long)max_embd, (long long)max_ff, max_tok,
                              max_sel, max_expert);
-    tdm_experts_scratch *s = calloc(1, sizeof *s);
+    /* aligned: the phases' item counters sit on their own cache lines */
+    tdm_experts_scratch *s = aligned_alloc(64, (sizeof *s + 63) / 64 * 64);
     if (!s)
         return tdm_error_set(err, TDM_ERR_OOM, "experts scratch");
+    memset(s, 0, sizeof *s);
     s->max_embd = max_embd;
     s->max_ff = max_ff;
     s->max_tok = max_tok;
@@ -86,11 +108,6 @@ tdm_status tdm_experts_scratch_new(int64_t max_embd, int64_t max_ff, int32_t max
     s->max_expert = max_expert;
     s->act_cap_embd = act_cap(max_embd);
     s->act_cap_ff = act_cap(max_ff);
-    int64_t rows = max_embd > max_ff ? max_embd : max_ff;
-    int64_t items = (int64_t)max_expert * ((rows + MIN_ROWS - 1) / MIN_ROWS);
-    if (items > (int64_t)max_sel * ((rows + MIN_ROWS - 1) / MIN_ROWS))
-        items = (int64_t)max_sel * ((rows + MIN_ROWS - 1) / MIN_ROWS);
-    s->max_items = (int32_t)items;
     size_t ns = (size_t)max_sel, nt = (size_t)max_tok;
     s->bytes = 2 * nt * s->act_cap_embd + 2 * ns * s->act_cap_embd + 2 * ns * (size_t)max_ff * sizeof(float) +
                ns * s->act_cap_ff + ns * (size_t)max_embd * sizeof(float);
@@ -104,12 +121,12 @@ tdm_status tdm_experts_scratch_new(int64_t max_embd, int64_t max_ff, int32_t max
     s->y = malloc(ns * (size_t)max_embd * sizeof(float));
     s->cnt = malloc((size_t)max_expert * sizeof(int32_t));
     s->off = malloc(((size_t)max_expert + 1) * sizeof(int32_t));
+    s->used = malloc((size_t)max_expert * sizeof(int32_t));
     s->pos = malloc(ns * sizeof(int32_t));
     s->tcnt = malloc((nt + 1) * sizeof(int32_t));
     s->tlist = malloc(ns * sizeof(int32_t));
-    s->items = malloc((size_t)s->max_items * sizeof(work_item));
     if (!s->xq_tok || !s->xq_tok2 || !s->xs || !s->xs2 || !s->g || !s->u || !s->hq || !s->y || !s->cnt ||
-        !s->off || !s->pos || !s->tcnt || !s->tlist || !s->items) {
+        !s->off || !s->used || !s->pos || !s->tcnt || !s->tlist) {
         tdm_experts_scratch_free(s);
         return tdm_error_set(err, TDM_ERR_OOM, "experts scratch of %zu bytes", s->bytes);
     }
@@ -139,16 +156,21 @@ static tdm_status check(const tdm_experts_desc *d, int32_t n_tok, const tdm_expe
     return TDM_OK;
 }
 
-/* Counting sorts: selections by expert (pos[i] = slot) and by token (tlist). */
-static void sort_selections(const tdm_experts_desc *d, int32_t n_tok, const tdm_expert_sel *sel, int32_t n_sel,
-                            tdm_experts_scratch *s)
+/* Counting sorts: selections by expert (pos[i] = slot) and by token (tlist).
+ * Returns the number of experts used (listed in s->used). */
+static int32_t sort_selections(const tdm_experts_desc *d, int32_t n_tok, const tdm_expert_sel *sel, int32_t n_sel,
+                               tdm_experts_scratch *s)
 {
     memset(s->cnt, 0, (size_t)d->n_expert * sizeof(int32_t));
     for (int32_t i = 0; i < n_sel; i++)
         s->cnt[sel[i].expert]++;
+    int32_t used = 0;
     s->off[0] = 0;
-    for (int32_t e = 0; e < d->n_expert; e++)
+    for (int32_t e = 0; e < d->n_expert; e++) {
         s->off[e + 1] = s->off[e] + s->cnt[e];
+        if (s->cnt[e])
+            s->used[used++] = e;
+    }
     memset(s->cnt, 0, (size_t)d->n_expert * sizeof(int32_t));
     for (int32_t i = 0; i < n_sel; i++) {
         int32_t e = sel[i].expert;
@@ -166,30 +188,49 @@ static void sort_selections(const tdm_experts_desc *d, int32_t n_tok, const tdm_
     for (int32_t t = n_tok; t > 0; t--)
         s->tcnt[t] = s->tcnt[t - 1];
     s->tcnt[0] = 0;
+    return used;
 }
 
-/* Splits every used expert's `rows` into blocks so that there are several
- * blocks per thread in total. Returns the number of items. */
-static int32_t plan(const tdm_experts_desc *d, const tdm_experts_scratch *s, int64_t rows, int nthreads,
-                    work_item *items)
+/* Cuts every used expert's `rows` into blocks so that there are several
+ * blocks per thread in total (dynamic scheduling evens out the rest). Blocks
+ * start at multiples of 4 rows, so every row is computed the same way for any
+ * thread count. Runs before the team starts: the worker needs no plan phase. */
+static void plan(phase *ph, int64_t rows, int32_t used, int nth)
 {
-    int32_t used = 0;
-    for (int32_t e = 0; e < d->n_expert; e++)
-        used += s->cnt[e] > 0;
-    if (!used)
-        return 0;
-    int64_t rb = (rows * used + (int64_t)nthreads * 4 - 1) / ((int64_t)nthreads * 4);
+    int64_t rb = (rows * used + (int64_t)nth * 4 - 1) / ((int64_t)nth * 4);
     if (rb < MIN_ROWS)
         rb = MIN_ROWS;
     rb = (rb + 3) & ~(int64_t)3;
-    int32_t n = 0;
-    for (int32_t e = 0; e < d->n_expert; e++) {
-        if (!s->cnt[e])
-            continue;
-        for (int64_t r = 0; r < rows; r += rb)
-            items[n++] = (work_item){e, (int32_t)r, (int32_t)(r + rb < rows ? r + rb : rows)};
-    }
-    return n;
+    ph->rows = rows;
+    ph->rb = rb;
+    ph->nblk = (int32_t)((rows + rb - 1) / rb);
+    ph->n_items = used * ph->nblk;
+    atomic_store_explicit(&ph->next, 0, memory_order_relaxed); /* published by the team's start */
+}
+
+/* Takes the next item of ph: expert *e, rows [*r0, *r1). False when none is left. */
+static bool take(const tdm_experts_scratch *s, phase *ph, int32_t *e, int64_t *r0, int64_t *r1)
+{
+    const int32_t w = atomic_fetch_add_explicit(&ph->next, 1, memory_order_relaxed);
+    if (w >= ph->n_items)
+        return false;
+    *e = s->used[w / ph->nblk];
+    *r0 = (int64_t)(w % ph->nblk) * ph->rb;
+    *r1 = *r0 + ph->rb < ph->rows ? *r0 + ph->rb : ph->rows;
+    return true;
+}
+
+/* Thread tid's contiguous share [*i0, *i1) of n (what schedule(static) gives). */
+static void share(int32_t n, int tid, int nth, int32_t *i0, int32_t *i1)
+{
+    *i0 = (int32_t)((int64_t)n * tid / nth);
+    *i1 = (int32_t)((int64_t)n * (tid + 1) / nth);
+}
+
+static void sync_team(const job *j, int nth)
+{
+    if (nth > 1)
+        j->team->barrier(j->team);
 }
 
 static inline float silu(float v)
@@ -197,86 +238,125 @@ static inline float silu(float v)
     return v / (1.0f + expf(-v));
 }
 
-tdm_status tdm_experts_run(const tdm_experts_desc *d, const float *x, int32_t n_tok, const tdm_expert_sel *sel,
-                           int32_t n_sel, float *out, bool accumulate, tdm_experts_scratch *s, tdm_error *err)
+/* Thread tid of nth: every phase of the call, a barrier between phases. The
+ * output of each step lands in the same place whoever computes it, and every
+ * token's terms are summed in list order, so the bits do not depend on nth. */
+static void work(void *arg, int tid, int nth)
+{
+    tdm_experts_scratch *s = arg;
+    const job *j = &s->job;
+    const tdm_experts_desc *d = j->d;
+    const tdm_expert_sel *sel = j->sel;
+    const int64_t D = d->n_embd, F = d->n_ff;
+    const size_t ag = j->ag, au = j->au, ad = j->ad;
+    const uint8_t *xs_up = j->same_act ? s->xs : s->xs2;
+    int32_t i0, i1, e;
+    int64_t r0, r1;
+    /* 1. quantise each token once per activation format, then place copies in expert order */
+    share(j->n_tok, tid, nth, &i0, &i1);
+    for (int32_t t = i0; t < i1; t++) {
+        if (s->tcnt[t + 1] == s->tcnt[t])
+            continue;
+        tdm_act_quantize(d->gate_type, j->x + (size_t)t * D, s->xq_tok + (size_t)t * ag, D);
+        if (!j->same_act)
+            tdm_act_quantize(d->up_type, j->x + (size_t)t * D, s->xq_tok2 + (size_t)t * au, D);
+    }
+    sync_team(j, nth);
+    share(j->n_sel, tid, nth, &i0, &i1);
+    for (int32_t i = i0; i < i1; i++) {
+        memcpy(s->xs + (size_t)s->pos[i] * ag, s->xq_tok + (size_t)sel[i].token * ag, ag);
+        if (!j->same_act)
+            memcpy(s->xs2 + (size_t)s->pos[i] * au, s->xq_tok2 + (size_t)sel[i].token * au, au);
+    }
+    sync_team(j, nth);
+    /* 2. gate and up rows of every used expert against all its tokens */
+    while (take(s, &s->gu, &e, &r0, &r1)) {
+        const int32_t o = s->off[e], c = s->cnt[e];
+        tdm_matmul_rows(d->gate_type, D, (const uint8_t *)d->gate + (size_t)e * d->gate_stride, j->rg, r0, r1,
+                        s->xs + (size_t)o * ag, ag, c, s->g + (size_t)o * F, (size_t)F);
+        tdm_matmul_rows(d->up_type, D, (const uint8_t *)d->up + (size_t)e * d->up_stride, j->ru, r0, r1,
+                        xs_up + (size_t)o * au, au, c, s->u + (size_t)o * F, (size_t)F);
+    }
+    sync_team(j, nth);
+    /* 3. SwiGLU, quantised for down */
+    for (int32_t p = i0; p < i1; p++) { /* the same share of n_sel as the copies */
+        float *g = s->g + (size_t)p * F;
+        const float *u = s->u + (size_t)p * F;
+        for (int64_t q = 0; q < F; q++)
+            g[q] = silu(g[q]) * u[q];
+        tdm_act_quantize(d->down_type, g, s->hq + (size_t)p * ad, F);
+    }
+    sync_team(j, nth);
+    /* 4. down rows */
+    while (take(s, &s->dn, &e, &r0, &r1)) {
+        const int32_t o = s->off[e], c = s->cnt[e];
+        tdm_matmul_rows(d->down_type, F, (const uint8_t *)d->down + (size_t)e * d->down_stride, j->rd, r0, r1,
+                        s->hq + (size_t)o * ad, ad, c, s->y + (size_t)o * D, (size_t)D);
+    }
+    sync_team(j, nth);
+    /* 5. weighted sum per token, in list order */
+    share(j->n_tok, tid, nth, &i0, &i1);
+    for (int32_t t = i0; t < i1; t++) {
+        float *o = j->out + (size_t)t * D;
+        if (!j->accumulate)
+            memset(o, 0, (size_t)D * sizeof(float));
+        for (int32_t q = s->tcnt[t]; q < s->tcnt[t + 1]; q++) {
+            const int32_t i = s->tlist[q];
+            const float *y = s->y + (size_t)s->pos[i] * D;
+            const float wgt = sel[i].weight;
+            for (int64_t c = 0; c < D; c++)
+                o[c] += wgt * y[c];
+        }
+    }
+}
+
+tdm_status tdm_experts_run_team(tdm_team *team, const tdm_experts_desc *d, const float *x, int32_t n_tok,
+                                const tdm_expert_sel *sel, int32_t n_sel, float *out, bool accumulate,
+                                tdm_experts_scratch *s, tdm_error *err)
 {
     tdm_status st = check(d, n_tok, sel, n_sel, s, err);
     if (st)
         return st;
     const int64_t D = d->n_embd, F = d->n_ff;
-    const size_t ag = tdm_act_row_bytes(d->gate_type, D), au = tdm_act_row_bytes(d->up_type, D);
-    const size_t ad = tdm_act_row_bytes(d->down_type, F);
-    const bool same_act = tdm_qtype_get(d->gate_type)->vec_dot_type == tdm_qtype_get(d->up_type)->vec_dot_type;
-    const size_t rg = tdm_qtype_row_bytes(d->gate_type, D), ru = tdm_qtype_row_bytes(d->up_type, D);
-    const size_t rd = tdm_qtype_row_bytes(d->down_type, F);
-    sort_selections(d, n_tok, sel, n_sel, s);
-    const uint8_t *xs_up = same_act ? s->xs : s->xs2;
-    /* a parallel region costs microseconds: tiny calls run on one thread */
-    int nth = (double)n_sel * (double)F * (double)D * 3.0 < 65536.0 ? 1 : omp_get_max_threads();
-    int32_t n_items = 0;
-
-#pragma omp parallel num_threads(nth)
-    {
-        /* 1. quantise each token once per activation format, then place copies in expert order */
-#pragma omp for schedule(static)
-        for (int32_t t = 0; t < n_tok; t++) {
-            if (s->tcnt[t + 1] == s->tcnt[t])
-                continue;
-            tdm_act_quantize(d->gate_type, x + (size_t)t * D, s->xq_tok + (size_t)t * ag, D);
-            if (!same_act)
-                tdm_act_quantize(d->up_type, x + (size_t)t * D, s->xq_tok2 + (size_t)t * au, D);
-        }
-#pragma omp for schedule(static)
-        for (int32_t i = 0; i < n_sel; i++) {
-            memcpy(s->xs + (size_t)s->pos[i] * ag, s->xq_tok + (size_t)sel[i].token * ag, ag);
-            if (!same_act)
-                memcpy(s->xs2 + (size_t)s->pos[i] * au, s->xq_tok2 + (size_t)sel[i].token * au, au);
-        }
-#pragma omp single
-        n_items = plan(d, s, F, nth, s->items);
-        /* 2. gate and up rows of every used expert against all its tokens */
-#pragma omp for schedule(dynamic, 1)
-        for (int32_t w = 0; w < n_items; w++) {
-            const work_item it = s->items[w];
-            int32_t o = s->off[it.e], c = s->cnt[it.e];
-            tdm_matmul_rows(d->gate_type, D, (const uint8_t *)d->gate + (size_t)it.e * d->gate_stride, rg, it.r0,
-                            it.r1, s->xs + (size_t)o * ag, ag, c, s->g + (size_t)o * F, (size_t)F);
-            tdm_matmul_rows(d->up_type, D, (const uint8_t *)d->up + (size_t)it.e * d->up_stride, ru, it.r0, it.r1,
-                            xs_up + (size_t)o * au, au, c, s->u + (size_t)o * F, (size_t)F);
-        }
-        /* 3. SwiGLU, quantised for down */
-#pragma omp for schedule(static)
-        for (int32_t p = 0; p < n_sel; p++) {
-            float *g = s->g + (size_t)p * F;
-            const float *u = s->u + (size_t)p * F;
-            for (int64_t j = 0; j < F; j++)
-                g[j] = silu(g[j]) * u[j];
-            tdm_act_quantize(d->down_type, g, s->hq + (size_t)p * ad, F);
-        }
-#pragma omp single
-        n_items = plan(d, s, D, nth, s->items);
-        /* 4. down rows */
-#pragma omp for schedule(dynamic, 1)
-        for (int32_t w = 0; w < n_items; w++) {
-            const work_item it = s->items[w];
-            int32_t o = s->off[it.e], c = s->cnt[it.e];
-            tdm_matmul_rows(d->down_type, F, (const uint8_t *)d->down + (size_t)it.e * d->down_stride, rd, it.r0,
-                            it.r1, s->hq + (size_t)o * ad, ad, c, s->y + (size_t)o * D, (size_t)D);
-        }
-        /* 5. weighted sum per token, in list order */
-#pragma omp for schedule(static)
-        for (int32_t t = 0; t < n_tok; t++) {
-            float *o = out + (size_t)t * D;
-            if (!accumulate)
-                memset(o, 0, (size_t)D * sizeof(float));
-            for (int32_t q = s->tcnt[t]; q < s->tcnt[t + 1]; q++) {
-                int32_t i = s->tlist[q];
-                const float *y = s->y + (size_t)s->pos[i] * D;
-                const float wgt = sel[i].weight;
-                for (int64_t j = 0; j < D; j++)
-                    o[j] += wgt * y[j];
-            }
-        }
-    }
+    const int32_t used = sort_selections(d, n_tok, sel, n_sel, s);
+    s->job = (job){
+        .d = d, .x = x, .sel = sel, .out = out, .team = team, .n_tok = n_tok, .n_sel = n_sel,
+        .accumulate = accumulate,
+        .same_act = tdm_qtype_get(d->gate_type)->vec_dot_type == tdm_qtype_get(d->up_type)->vec_dot_type,
+        .ag = tdm_act_row_bytes(d->gate_type, D), .au = tdm_act_row_bytes(d->up_type, D),
+        .ad = tdm_act_row_bytes(d->down_type, F), .rg = tdm_qtype_row_bytes(d->gate_type, D),
+        .ru = tdm_qtype_row_bytes(d->up_type, D), .rd = tdm_qtype_row_bytes(d->down_type, F),
+    };
+    /* starting a team costs microseconds (a parallel region, waking the
+     * workers): tiny calls run on the calling thread alone */
+    const bool tiny = (double)n_sel * (double)F * (double)D * 3.0 < 65536.0;
+    const int nth = tiny ? 1 : team->nth;
+    plan(&s->gu, F, used, nth);
+    plan(&s->dn, D, used, nth);
+    if (nth == 1)
+        work(s, 0, 1);
+    else
+        team->run(team, work, s);
     return TDM_OK;
+}
+
+/* The OpenMP team: one parallel region per call. Its size is what the region
+ * really got (fewer threads than asked when nested or limited). */
+static void omp_run(tdm_team *team, void (*fn)(void *arg, int tid, int nth), void *arg)
+{
+#pragma omp parallel num_threads(team->nth)
+    fn(arg, omp_get_thread_num(), omp_get_num_threads());
+}
+
+static void omp_barrier(tdm_team *team)
+{
+    (void)team;
+#pragma omp barrier
+}
+
+tdm_status tdm_experts_run(const tdm_experts_desc *d, const float *x, int32_t n_tok, const tdm_expert_sel *sel,
+                           int32_t n_sel, float *out, bool accumulate, tdm_experts_scratch *s, tdm_error *err)
+{
+    tdm_team team = {.nth = omp_get_max_threads(), .run = omp_run, .barrier = omp_barrier};
+    return tdm_experts_run_team(&team, d, x, n_tok, sel, n_sel, out, accumulate, s, err);
 }

@@ -15,7 +15,10 @@
  * order its selections appear in the list.
  *
  * Threading: tdm_experts_run opens its own OpenMP parallel region (call it
- * from outside one); a scratch serves one call at a time.
+ * from outside one); tdm_experts_run_team runs on a caller's persistent
+ * thread team instead (the CPU expert pool: no fork/join and no OpenMP wait
+ * policy per job). Both run one worker, so their results are bit-identical
+ * for any thread count. A scratch serves one call at a time.
  */
 #ifndef TDM_EXPERTS_H
 #define TDM_EXPERTS_H
@@ -60,5 +63,24 @@ size_t tdm_experts_scratch_bytes(const tdm_experts_scratch *s);
  * scratch or a selection names a token/expert out of range. */
 tdm_status tdm_experts_run(const tdm_experts_desc *d, const float *x, int32_t n_tok, const tdm_expert_sel *sel,
                            int32_t n_sel, float *out, bool accumulate, tdm_experts_scratch *s, tdm_error *err);
+
+/* A thread team the caller owns. run starts fn on every thread of the team,
+ * the caller being thread 0, and returns once all have returned; fn gets its
+ * thread id and the team's size (nth). barrier returns once all nth threads
+ * of the running fn have entered it; it orders memory like a release by each
+ * thread followed by an acquire. */
+typedef struct tdm_team tdm_team;
+struct tdm_team {
+    int nth;
+    void (*run)(tdm_team *team, void (*fn)(void *arg, int tid, int nth), void *arg);
+    void (*barrier)(tdm_team *team);
+};
+
+/* tdm_experts_run on the team (called on its thread 0 only; the checks and
+ * the bookkeeping run there before the team starts; a tiny call runs there
+ * alone, without starting the team). */
+tdm_status tdm_experts_run_team(tdm_team *team, const tdm_experts_desc *d, const float *x, int32_t n_tok,
+                                const tdm_expert_sel *sel, int32_t n_sel, float *out, bool accumulate,
+                                tdm_experts_scratch *s, tdm_error *err);
 
 #endif

@@ -1,8 +1,8 @@
-/* pool: driver thread, mailbox protocol, miss computation. */
+/* pool: driver thread, mailbox protocol, persistent team, miss computation. */
 #include "pool.h"
 
+#include <limits.h>
 #include <linux/futex.h>
-#include <omp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -12,13 +12,38 @@
 #include <time.h>
 #include <unistd.h>
 
+typedef struct worker {
+    tdm_pool *p;
+    int tid;
+    pthread_t thread;
+} worker;
+
+/* The team is n_threads threads: the driver (thread 0) and n_threads - 1
+ * workers, each pinned to core tid. It replaces an OpenMP fork/join per job,
+ * whose ~7 barriers per job sleep in the kernel under libgomp's default
+ * passive wait policy (the pool lost 22-36% of its bandwidth to them, and the
+ * policy is read from the environment before main; docs/EXECUTOR.md). The
+ * workers wait on gen with the mailbox's spin/yield/futex policy and meet at
+ * a spinning barrier. */
 struct tdm_pool {
-    const tdm_model *m;
+    tdm_team team;           /* first: the team callbacks cast it back to the pool */
+    _Alignas(64) _Atomic uint32_t gen;      /* job generation: the driver bumps it to start the workers */
+    _Atomic uint32_t sleepers;              /* workers asleep on gen's futex */
+    _Atomic uint32_t quit;                  /* set (then gen bumped) by tdm_pool_free */
+    void (*fn)(void *arg, int tid, int nth); /* the job's worker, written before gen */
+    void *arg;
+    _Alignas(64) _Atomic uint32_t bar_count; /* threads inside the barrier */
+    _Alignas(64) _Atomic uint32_t bar_gen;  /* barrier generation: bumped by the last one in */
+    _Alignas(64) const tdm_model *m;
     const tdm_hparams *hp;
     const tdm_topology *topo;
     int n_threads, spin;
-    bool pinned;             /* valid once ready */
-    _Atomic int ready;       /* the driver has set up (and pinned) its team */
+    int spin_busy;           /* spin rounds of the workers, the barrier and tdm_pool_wait before
+                              * yielding: spin, or 64 when the team and the publisher outnumber the
+                              * CPUs (a spinner then holds the CPU that the thread it waits for needs) */
+    bool pinned;             /* valid once ready == n_threads */
+    _Atomic int ready;       /* threads started (and pinned or not) */
+    _Atomic int unpinned;    /* threads whose binding failed */
     int32_t max_tok;
     _Atomic(const int32_t *) residency; /* [n_layer * n_expert] or NULL */
     tdm_mailbox *mb;
@@ -27,6 +52,8 @@ struct tdm_pool {
     tdm_experts_scratch *ex;
     pthread_t thread;
     bool started;
+    worker *workers;         /* [n_threads - 1] thread tid = index + 1 */
+    int n_workers;           /* started */
     tdm_pool_stats st;       /* written by the driver only */
     _Atomic int failed;      /* tdm_status of the first failed job (sticky) */
     char fail_msg[TDM_ERROR_MSG_MAX];
@@ -61,40 +88,108 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static void futex_wait(_Atomic uint32_t *addr, uint32_t val, long ns)
+static long futex_wait(_Atomic uint32_t *addr, uint32_t val, long ns)
 {
     struct timespec ts = {0, ns};
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+    return syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
 }
 
-static void futex_wake(_Atomic uint32_t *addr) { syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); }
-
-/* Returns the new dev_seq (!= last), spinning, yielding, then sleeping. */
-static uint32_t wait_job(tdm_pool *p, uint32_t last)
+static void futex_wake(_Atomic uint32_t *addr, int n)
 {
-    tdm_mailbox *mb = p->mb;
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+/* Returns *seq once it differs from last: spins `spin` rounds (pause), then
+ * yields 64 times, then sleeps on the futex of *seq, counted in *sleeping,
+ * with a 1 ms timeout (a publisher that cannot wake it, a GPU kernel, is
+ * still served within a millisecond). A wake (a host publish, the driver
+ * starting a job, tdm_pool_kick) restarts the spinning, as work is expected
+ * again; a timeout does not. Used by the driver on dev_seq (spin) and the
+ * workers on gen (spin_busy). */
+static uint32_t wait_change(int spin, _Atomic uint32_t *seq, uint32_t last, _Atomic uint32_t *sleeping)
+{
     uint32_t s;
-    for (int i = 0; i < p->spin; i++) {
-        if ((s = atomic_load_explicit(&mb->dev_seq, memory_order_acquire)) != last)
-            return s;
-        cpu_relax();
-    }
-    for (int i = 0; i < 64; i++) {
-        if ((s = atomic_load_explicit(&mb->dev_seq, memory_order_acquire)) != last)
-            return s;
-        sched_yield();
-    }
     for (;;) {
-        /* seq_cst pairs with the publisher's store-then-load of pool_sleeping:
-         * either it sees the flag and wakes us, or we see its seq here. */
-        atomic_store(&mb->pool_sleeping, 1);
-        if ((s = atomic_load(&mb->dev_seq)) != last) {
-            atomic_store(&mb->pool_sleeping, 0);
-            atomic_thread_fence(memory_order_acquire);
-            return s;
+        for (int i = 0; i < spin; i++) {
+            if ((s = atomic_load_explicit(seq, memory_order_acquire)) != last)
+                return s;
+            cpu_relax();
         }
-        futex_wait(&mb->dev_seq, last, 1000000L);
-        atomic_store(&mb->pool_sleeping, 0);
+        for (int i = 0; i < 64; i++) {
+            if ((s = atomic_load_explicit(seq, memory_order_acquire)) != last)
+                return s;
+            sched_yield();
+        }
+        /* seq_cst, pairing with the waker's store of *seq then load of
+         * *sleeping (Dekker): either it sees us counted and wakes us, or we
+         * see its store here. */
+        atomic_fetch_add(sleeping, 1);
+        bool woken = false;
+        while ((s = atomic_load(seq)) == last && !woken)
+            woken = futex_wait(seq, last, 1000000L) == 0;
+        atomic_fetch_sub(sleeping, 1);
+        if (s != last)
+            return s;
+    }
+}
+
+/* Sense-reversing barrier over the team (the sense is bar_gen, read before
+ * arriving). Waits inside a job are short, so it spins; past spin_busy rounds it
+ * yields so that threads sharing a core (more threads than cores) still get
+ * to arrive. The acq_rel arrivals and the release/acquire of bar_gen make it
+ * a full exchange of the threads' writes. */
+static void team_barrier(tdm_team *team)
+{
+    tdm_pool *p = (tdm_pool *)team;
+    const uint32_t g = atomic_load_explicit(&p->bar_gen, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&p->bar_count, 1, memory_order_acq_rel) + 1 == (uint32_t)team->nth) {
+        atomic_store_explicit(&p->bar_count, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->bar_gen, g + 1, memory_order_release);
+        return;
+    }
+    for (int i = 0; atomic_load_explicit(&p->bar_gen, memory_order_acquire) == g; i++) {
+        if (i < p->spin_busy)
+            cpu_relax();
+        else
+            sched_yield();
+    }
+}
+
+/* On the driver: starts fn on the workers, runs its own share as thread 0,
+ * and returns once every thread is through the closing barrier. */
+static void team_run(tdm_team *team, void (*fn)(void *arg, int tid, int nth), void *arg)
+{
+    tdm_pool *p = (tdm_pool *)team;
+    p->fn = fn;
+    p->arg = arg;
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: see wait_change */
+    if (atomic_load(&p->sleepers))
+        futex_wake(&p->gen, INT_MAX);
+    fn(arg, 0, team->nth);
+    team_barrier(team);
+}
+
+/* Pins the calling thread to core tid, as the OpenMP team binding did, and
+ * reports in. */
+static void start_thread(tdm_pool *p, int tid)
+{
+    if (p->topo && tdm_topology_bind_thread(p->topo, tid, NULL) != TDM_OK)
+        atomic_fetch_add(&p->unpinned, 1);
+    atomic_fetch_add_explicit(&p->ready, 1, memory_order_release);
+}
+
+static void *worker_main(void *arg)
+{
+    const worker *w = arg;
+    tdm_pool *p = w->p;
+    start_thread(p, w->tid);
+    uint32_t last = 0;
+    for (;;) {
+        last = wait_change(p->spin_busy, &p->gen, last, &p->sleepers);
+        if (atomic_load_explicit(&p->quit, memory_order_acquire))
+            return NULL;
+        p->fn(p->arg, w->tid, p->team.nth);
+        team_barrier(&p->team);
     }
 }
 
@@ -139,7 +234,7 @@ static tdm_status run_job(tdm_pool *p, tdm_error *err)
     for (int32_t i = 0; i < nm; i++)
         p->seen[p->sel[i].expert] = 0;
     tdm_experts_desc d = layer_desc(L);
-    tdm_status st = tdm_experts_run(&d, mb->x, n, p->sel, nm, mb->out, false, p->ex, err);
+    tdm_status st = tdm_experts_run_team(&p->team, &d, mb->x, n, p->sel, nm, mb->out, false, p->ex, err);
     mb->n_miss = nm;
     p->st.misses += nm;
     p->st.bytes += bytes;
@@ -150,13 +245,10 @@ static void *driver(void *arg)
 {
     tdm_pool *p = arg;
     tdm_mailbox *mb = p->mb;
-    omp_set_num_threads(p->n_threads);
-    omp_set_dynamic(0);
-    p->pinned = p->topo && tdm_topology_bind_omp_team(p->topo, p->n_threads, NULL) == TDM_OK;
-    atomic_store_explicit(&p->ready, 1, memory_order_release);
+    start_thread(p, 0);
     uint32_t last = 0;
     for (;;) {
-        const uint32_t s = wait_job(p, last);
+        const uint32_t s = wait_change(p->spin, &mb->dev_seq, last, &mb->pool_sleeping);
         last = s;
         if (atomic_load_explicit(&mb->stop, memory_order_acquire))
             break;
@@ -184,14 +276,18 @@ tdm_status tdm_pool_new(const tdm_pool_params *pp, tdm_pool **out, tdm_error *er
     const tdm_hparams *hp = tdm_model_hparams(pp->model);
     if (hp->n_expert < 1 || hp->n_expert_used < 1)
         return tdm_error_set(err, TDM_ERR_INVALID, "pool: the model has no routed experts");
-    tdm_pool *p = calloc(1, sizeof *p);
+    /* aligned: the team's flags sit on their own cache lines */
+    tdm_pool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
     if (!p)
         return tdm_error_set(err, TDM_ERR_OOM, "pool: out of memory");
+    memset(p, 0, sizeof *p);
     p->m = pp->model;
     p->hp = hp;
     p->topo = pp->topo;
     p->n_threads = pp->n_threads ? pp->n_threads : pp->topo ? tdm_topology_default_threads(pp->topo) : 1;
+    p->team = (tdm_team){.nth = p->n_threads, .run = team_run, .barrier = team_barrier};
     p->spin = pp->spin > 0 ? pp->spin : 20000;
+    p->spin_busy = p->n_threads + 1 > sysconf(_SC_NPROCESSORS_ONLN) ? 64 : p->spin;
     p->max_tok = pp->max_tok;
     p->mem_alloc = pp->mem_alloc ? pp->mem_alloc : heap_alloc;
     p->mem_free = pp->mem_alloc ? pp->mem_free : heap_free;
@@ -206,6 +302,7 @@ tdm_status tdm_pool_new(const tdm_pool_params *pp, tdm_pool **out, tdm_error *er
     p->mb = p->mem_alloc(p->mem_ctx, sizeof(tdm_mailbox));
     p->sel = malloc(nt * k * sizeof *p->sel);
     p->seen = calloc((size_t)hp->n_expert, 1);
+    p->workers = calloc((size_t)p->n_threads, sizeof *p->workers); /* n_threads - 1 used; never 0 bytes */
     tdm_status st = TDM_OK;
     if (p->mb) {
         memset(p->mb, 0, sizeof *p->mb);
@@ -215,11 +312,18 @@ tdm_status tdm_pool_new(const tdm_pool_params *pp, tdm_pool **out, tdm_error *er
         p->mb->out = p->mem_alloc(p->mem_ctx, nt * d * sizeof(float));
         p->mb->k = (int32_t)k;
     }
-    if (!p->mb || !p->sel || !p->seen || !p->mb->ids || !p->mb->weights || !p->mb->x || !p->mb->out)
+    if (!p->mb || !p->sel || !p->seen || !p->workers || !p->mb->ids || !p->mb->weights || !p->mb->x || !p->mb->out)
         st = tdm_error_set(err, TDM_ERR_OOM, "pool: out of memory for a %d-token mailbox", pp->max_tok);
     if (!st)
         st = tdm_experts_scratch_new(hp->n_embd, max_ff, pp->max_tok, pp->max_tok * (int32_t)k, hp->n_expert, &p->ex,
                                      err);
+    for (int i = 0; !st && i < p->n_threads - 1; i++) {
+        p->workers[i] = (worker){.p = p, .tid = i + 1};
+        if (pthread_create(&p->workers[i].thread, NULL, worker_main, &p->workers[i]) != 0)
+            st = tdm_error_set(err, TDM_ERR_OOM, "pool: cannot start team thread %d of %d", i + 1, p->n_threads);
+        else
+            p->n_workers++;
+    }
     if (!st && pthread_create(&p->thread, NULL, driver, p) != 0)
         st = tdm_error_set(err, TDM_ERR_OOM, "pool: cannot start the driver thread");
     if (st) {
@@ -227,8 +331,9 @@ tdm_status tdm_pool_new(const tdm_pool_params *pp, tdm_pool **out, tdm_error *er
         return st;
     }
     p->started = true;
-    while (!atomic_load_explicit(&p->ready, memory_order_acquire))
+    while (atomic_load_explicit(&p->ready, memory_order_acquire) < p->n_threads)
         sched_yield(); /* so pinned is settled and the team exists before the first job */
+    p->pinned = p->topo && !atomic_load(&p->unpinned);
     *out = p;
     return TDM_OK;
 }
@@ -240,9 +345,16 @@ void tdm_pool_free(tdm_pool *p)
     if (p->started) {
         atomic_store(&p->mb->stop, 1);
         atomic_fetch_add(&p->mb->dev_seq, 1);
-        futex_wake(&p->mb->dev_seq);
+        futex_wake(&p->mb->dev_seq, 1);
         pthread_join(p->thread, NULL);
     }
+    /* the driver is gone, so no job runs: wake the workers to quit */
+    atomic_store(&p->quit, 1);
+    atomic_fetch_add(&p->gen, 1);
+    futex_wake(&p->gen, INT_MAX);
+    for (int i = 0; i < p->n_workers; i++)
+        pthread_join(p->workers[i].thread, NULL);
+    free(p->workers);
     if (p->mb) {
         void *bufs[] = {p->mb->ids, p->mb->weights, p->mb->x, p->mb->out, p->mb};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
@@ -267,11 +379,11 @@ void tdm_pool_set_residency(tdm_pool *p, const int32_t *residency)
 uint32_t tdm_pool_publish(tdm_pool *p)
 {
     tdm_mailbox *mb = p->mb;
-    /* seq_cst store then load: see wait_job */
+    /* seq_cst store then load: see wait_change */
     const uint32_t s = atomic_load_explicit(&mb->dev_seq, memory_order_relaxed) + 1;
     atomic_store(&mb->dev_seq, s);
     if (atomic_load(&mb->pool_sleeping))
-        futex_wake(&mb->dev_seq);
+        futex_wake(&mb->dev_seq, 1);
     return s;
 }
 
@@ -280,7 +392,7 @@ tdm_status tdm_pool_wait(tdm_pool *p, uint32_t seq, double *wait_ms, tdm_error *
     tdm_mailbox *mb = p->mb;
     const double t0 = wait_ms ? now_ms() : 0;
     for (int i = 0; atomic_load_explicit(&mb->pool_seq, memory_order_acquire) != seq; i++) {
-        if (i < p->spin)
+        if (i < p->spin_busy)
             cpu_relax();
         else
             sched_yield();
@@ -303,5 +415,7 @@ tdm_status tdm_pool_check(const tdm_pool *p, tdm_error *err)
 void tdm_pool_kick(tdm_pool *p)
 {
     if (atomic_load(&p->mb->pool_sleeping))
-        futex_wake(&p->mb->dev_seq);
+        futex_wake(&p->mb->dev_seq, 1);
+    if (atomic_load(&p->sleepers))
+        futex_wake(&p->gen, INT_MAX);
 }

@@ -1,23 +1,28 @@
 /* pool: the CPU expert pool of the hybrid executor (DESIGN.md §1 step 3).
  *
- * A persistent driver thread owns an OpenMP team pinned one thread per
- * physical core (engine/topology.h). It waits on a mailbox: the device side
- * (the GPU, or the host emulation) writes one layer's routed activation and
- * top-k ids/weights, then bumps dev_seq (release). The driver sees the bump
- * (acquire), computes the experts that MISS the cache (residency table entry
- * -1) with tdm_experts_run on the mmapped weights, writes their weighted sum to
- * out and stores pool_seq = dev_seq (release). The device side computes the
- * hits meanwhile, waits for pool_seq (acquire) and merges. A layer whose
- * selections all hit is never published: the pool is not woken.
+ * A persistent team of n_threads pthreads, thread i pinned to physical core i
+ * (engine/topology.h), computes the jobs; its thread 0, the driver, waits on a
+ * mailbox: the device side (the GPU, or the host emulation) writes one layer's
+ * routed activation and top-k ids/weights, then bumps dev_seq (release). The
+ * driver sees the bump (acquire), computes the experts that MISS the cache
+ * (residency table entry -1) with tdm_experts_run_team on the mmapped weights,
+ * the team writing their weighted sum to out; once all are done it stores
+ * pool_seq = dev_seq (release). The device side computes the hits meanwhile,
+ * waits for pool_seq (acquire) and merges. A layer whose selections all hit
+ * is never published: the pool is not woken.
  *
  * Waiting: the driver spins `spin` rounds (pause), then sched_yield()s, then
  * sleeps on a futex of dev_seq with a 1 ms timeout (so a publisher that cannot
  * wake it, a GPU kernel, still gets served within a millisecond; a host
- * publisher wakes it at once). Layout and ordering: docs/EXECUTOR.md.
+ * publisher wakes it at once). The other team threads wait the same way for
+ * the driver to start a job; a wake (publish, job start, kick) makes a sleeper
+ * spin again. Inside a job the team meets at spinning barriers that fall back
+ * to sched_yield, so more threads than cores work, only slower.
+ * Layout and ordering: docs/EXECUTOR.md.
  *
  * Ownership: the pool borrows the model, the topology and the residency
  * table; it owns the mailbox buffers (sized for max_tok tokens at creation:
- * for the GPU they will be cudaHostAllocMapped), the scratch and the thread.
+ * for the GPU they will be cudaHostAllocMapped), the scratch and the threads.
  * Nothing is allocated per job. One device-side thread publishes at a time.
  */
 #ifndef TDM_POOL_H
@@ -76,9 +81,10 @@ typedef struct tdm_pool_stats {
 
 typedef struct tdm_pool tdm_pool;
 
-/* Starts the driver thread. residency may be set later (NULL: all miss). */
+/* Starts the team (the driver and n_threads - 1 workers). residency may be set
+ * later (NULL: all miss). */
 tdm_status tdm_pool_new(const tdm_pool_params *p, tdm_pool **out, tdm_error *err);
-/* Stops and joins the driver; the mailbox is freed. */
+/* Stops and joins the team; the mailbox is freed. */
 void tdm_pool_free(tdm_pool *p);
 
 int tdm_pool_threads(const tdm_pool *p);
@@ -102,9 +108,9 @@ void tdm_pool_get_stats(const tdm_pool *p, tdm_pool_stats *out);
 /* For a publisher that never calls tdm_pool_wait (the GPU): the first job
  * that failed since creation, with its message (TDM_OK when none). */
 tdm_status tdm_pool_check(const tdm_pool *p, tdm_error *err);
-/* Wakes a sleeping driver so it spins again: call before a GPU step, whose
+/* Wakes a sleeping team so it spins again: call before a GPU step, whose
  * kernels cannot wake the futex (otherwise the first job of a step after an
- * idle pause waits for the 1 ms futex timeout). */
+ * idle pause waits for the 1 ms futex timeout, then for the workers' wake-up). */
 void tdm_pool_kick(tdm_pool *p);
 
 #endif

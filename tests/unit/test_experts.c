@@ -2,7 +2,9 @@
  * reference computed from dequantised weights: F32 (tight), Q8_0 and mixed
  * gate/up/down formats (loose: activations are quantised to 8 bit), odd
  * widths, many tokens per expert, tokens without selections, accumulate,
- * identical results for 1 and 2 threads, and rejected bad selections. */
+ * identical results for 1 and 2 threads, and rejected bad selections. The
+ * team entry point (tdm_experts_run_team) on a plain pthread team of 1..5
+ * threads gives the same bits as tdm_experts_run on random cases. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,7 @@
 #include <cmocka.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,12 +189,109 @@ static void test_bad_selections(void **state)
     assert_int_equal(tdm_experts_scratch_new(0, 4, 2, 2, 1, &s, &err), TDM_ERR_INVALID);
 }
 
+/* The simplest team: fresh pthreads per run, a pthread barrier. */
+#define MAX_TEAM 5
+typedef struct test_team {
+    tdm_team team; /* first: the callbacks cast back */
+    pthread_barrier_t bar;
+    void (*fn)(void *arg, int tid, int nth);
+    void *arg;
+    struct member {
+        struct test_team *t;
+        int tid;
+    } m[MAX_TEAM];
+} test_team;
+
+static void *member_main(void *a)
+{
+    const struct member *m = a;
+    m->t->fn(m->t->arg, m->tid, m->t->team.nth);
+    return NULL;
+}
+
+static void tt_run(tdm_team *team, void (*fn)(void *arg, int tid, int nth), void *arg)
+{
+    test_team *t = (test_team *)team;
+    pthread_t th[MAX_TEAM];
+    t->fn = fn;
+    t->arg = arg;
+    for (int i = 1; i < team->nth; i++) {
+        t->m[i] = (struct member){t, i};
+        assert_int_equal(pthread_create(&th[i], NULL, member_main, &t->m[i]), 0);
+    }
+    fn(arg, 0, team->nth);
+    for (int i = 1; i < team->nth; i++)
+        pthread_join(th[i], NULL);
+}
+
+static void tt_barrier(tdm_team *team)
+{
+    pthread_barrier_wait(&((test_team *)team)->bar);
+}
+
+static int irand(int n)
+{
+    return (int)((frand() + 1.0f) * 0.5f * (float)n * 0.9999f);
+}
+
+static void test_team_bits(void **state)
+{
+    (void)state;
+    const tdm_qtype types[] = {TDM_Q_F32, TDM_Q_Q8_0, TDM_Q_Q4_0};
+    int cases = 0;
+    for (int c = 0; c < 30; c++) {
+        const tdm_qtype tg = types[irand(3)], tu = types[irand(3)], td = types[irand(3)];
+        const int64_t D = 32 * (1 + irand(4)), F = 32 * (1 + irand(4));
+        const int E = 1 + irand(c % 2 ? 3 : 24); /* few or many experts */
+        const int n_tok = 1 + 2 * irand(5);        /* odd token counts */
+        const int k = 1 + irand(E < 8 ? E : 8);
+        uint8_t *g = make_weights(tg, F, D, E, 0.3f), *u = make_weights(tu, F, D, E, 0.3f);
+        uint8_t *dn = make_weights(td, D, F, E, 0.3f);
+        tdm_experts_desc d = {g, u, dn, tg, tu, td, tdm_qtype_row_bytes(tg, D) * F, tdm_qtype_row_bytes(tu, D) * F,
+                              tdm_qtype_row_bytes(td, F) * D, D, F, E};
+        const size_t nf = (size_t)n_tok * D;
+        float *x = malloc(sizeof(float) * nf), *want = malloc(sizeof(float) * nf), *got = malloc(sizeof(float) * nf);
+        tdm_expert_sel *sel = malloc(sizeof *sel * n_tok * k);
+        int n_sel = 0;
+        for (size_t i = 0; i < nf; i++)
+            x[i] = frand();
+        for (int t = 0; t < n_tok; t++)
+            for (int i = 0; i < k && irand(8) > 0; i++) /* some tokens get fewer or none */
+                sel[n_sel++] = (tdm_expert_sel){t, irand(E), frand()};
+        const bool acc = irand(2);
+        tdm_experts_scratch *s;
+        tdm_error err = {0};
+        assert_int_equal(tdm_experts_scratch_new(D, F, n_tok, n_tok * k, E, &s, &err), TDM_OK);
+        for (size_t i = 0; i < nf; i++)
+            want[i] = acc ? x[nf - 1 - i] : NAN;
+        assert_int_equal(tdm_experts_run(&d, x, n_tok, sel, n_sel, want, acc, s, &err), TDM_OK);
+        for (int nth = 1; nth <= MAX_TEAM; nth++) {
+            test_team t = {.team = {.nth = nth, .run = tt_run, .barrier = tt_barrier}};
+            pthread_barrier_init(&t.bar, NULL, (unsigned)nth);
+            for (size_t i = 0; i < nf; i++)
+                got[i] = acc ? x[nf - 1 - i] : NAN;
+            assert_int_equal(tdm_experts_run_team(&t.team, &d, x, n_tok, sel, n_sel, got, acc, s, &err), TDM_OK);
+            pthread_barrier_destroy(&t.bar);
+            if (memcmp(got, want, sizeof(float) * nf))
+                fail_msg("case %d (%s/%s/%s D=%lld F=%lld E=%d tok=%d sel=%d acc=%d): %d threads differ", c,
+                         tdm_qtype_name(tg), tdm_qtype_name(tu), tdm_qtype_name(td), (long long)D, (long long)F, E,
+                         n_tok, n_sel, acc, nth);
+        }
+        cases++;
+        tdm_experts_scratch_free(s);
+        free(g), free(u), free(dn), free(x), free(want), free(got), free(sel);
+    }
+    printf("  %d random cases, teams of 1..%d threads: bit-identical to tdm_experts_run (%d OpenMP threads)\n",
+           cases, MAX_TEAM, omp_get_max_threads());
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32),
         cmocka_unit_test(test_quantised),
         cmocka_unit_test(test_bad_selections),
+        cmocka_unit_test(test_team_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

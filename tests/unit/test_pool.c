@@ -1,7 +1,8 @@
 /* test_pool: the mailbox protocol of the CPU expert pool under stress: many
  * layers x token batches with random residency and routing, published in
  * sequence; each result checked against tdm_experts_run on the misses. Also
- * bad jobs, an all-hit job, freeing a sleeping pool, 1 thread and all cores. */
+ * bad jobs, an all-hit job, freeing a sleeping pool, 1 thread, all cores,
+ * more threads than cores, and a kick waking an idle team. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -59,8 +60,8 @@ static void stress(const char *name, int threads, int n_jobs)
     tdm_topology *topo = NULL;
     tdm_error err = {0};
     assert_int_equal(tdm_topology_load(&topo, &err), TDM_OK);
-    if (threads < 0)
-        threads = tdm_topology_physical_cores(topo);
+    if (threads < 0) /* -n: n x the physical cores */
+        threads *= -tdm_topology_physical_cores(topo);
     tdm_pool_params pp = {.model = m, .topo = topo, .n_threads = threads, .max_tok = T, .spin = 100};
     tdm_pool *p;
     assert_int_equal(tdm_pool_new(&pp, &p, &err), TDM_OK);
@@ -149,6 +150,77 @@ static void test_stress_all_cores(void **state)
     stress("micro-qwen3moe", 0, 500); /* the default: physical cores - 1 */
 }
 
+/* More team threads than cores (CI has 2): the barriers and the waits fall
+ * back to yielding, so the jobs still finish. */
+static void test_stress_oversubscribed(void **state)
+{
+    (void)state;
+    stress("micro-qwen3moe", -3, 300);
+    stress("micro-qwen35moe", -2, 200);
+}
+
+/* An idle team sleeps; a kick (what the GPU step does first, as its kernels
+ * cannot wake the futex) makes the driver spin again, and the next job, after
+ * a gap or at once, is served with the same bits as tdm_experts_run. */
+static void test_kick_after_idle(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    tdm_model *m = load("micro-qwen3moe");
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    const int32_t k = hp->n_expert_used, D = hp->n_embd;
+    tdm_error err = {0};
+    /* a spin of about 30-50 ms: long enough to observe, short enough to fall asleep */
+    tdm_pool_params pp = {.model = m, .n_threads = 2, .max_tok = 1, .spin = 1 << 20};
+    tdm_pool *p;
+    assert_int_equal(tdm_pool_new(&pp, &p, &err), TDM_OK);
+    tdm_mailbox *mb = tdm_pool_mailbox(p);
+    int32_t il = 0;
+    while (tdm_model_layer(m, il)->ffn != TDM_FFN_MOE)
+        il++;
+    tdm_expert_sel *sel = malloc((size_t)k * sizeof *sel);
+    float *want = malloc((size_t)D * sizeof(float));
+    mb->layer = il;
+    mb->n_tok = 1;
+    for (int32_t i = 0; i < k; i++) {
+        mb->ids[i] = (i * 5 + 1) % hp->n_expert;
+        mb->weights[i] = 0.1f * (float)(i + 1);
+        sel[i] = (tdm_expert_sel){0, mb->ids[i], mb->weights[i]};
+    }
+    for (int32_t c = 0; c < D; c++)
+        mb->x[c] = (float)((int32_t)(rnd() % 2001) - 1000) / 1000.0f;
+    tdm_experts_scratch *ex;
+    assert_int_equal(tdm_experts_scratch_new(D, hp->n_ff_exp, 1, k, hp->n_expert, &ex, &err), TDM_OK);
+    const tdm_experts_desc d = desc_of(tdm_model_layer(m, il));
+    assert_int_equal(tdm_experts_run(&d, mb->x, 1, sel, k, want, false, ex, &err), TDM_OK);
+    for (int round = 0; round < 4; round++) {
+        while (!atomic_load(&mb->pool_sleeping))
+            usleep(1000); /* idle: the driver falls asleep */
+        tdm_pool_kick(p);
+        while (atomic_load(&mb->pool_sleeping))
+            usleep(100); /* it wakes and spins again */
+        if (round % 2)
+            usleep(2000);
+        for (int32_t c = 0; c < D; c++)
+            mb->out[c] = NAN;
+        assert_int_equal(tdm_pool_wait(p, tdm_pool_publish(p), NULL, &err), TDM_OK);
+        assert_int_equal(mb->n_miss, k);
+        assert_memory_equal(mb->out, want, (size_t)D * sizeof(float));
+    }
+    tdm_pool_kick(p); /* a kick while nobody sleeps is harmless */
+    assert_int_equal(tdm_pool_wait(p, tdm_pool_publish(p), NULL, &err), TDM_OK);
+    assert_memory_equal(mb->out, want, (size_t)D * sizeof(float));
+    tdm_pool_stats st;
+    tdm_pool_get_stats(p, &st);
+    assert_int_equal(st.jobs, 5);
+    tdm_pool_free(p);
+    tdm_experts_scratch_free(ex);
+    free(sel);
+    free(want);
+    tdm_model_free(m);
+    alarm(0);
+}
+
 /* Bad jobs are reported in the mailbox and the pool keeps serving. */
 static void test_bad_jobs_and_sleep(void **state)
 {
@@ -206,6 +278,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stress_1_thread),
         cmocka_unit_test(test_stress_all_cores),
+        cmocka_unit_test(test_stress_oversubscribed),
+        cmocka_unit_test(test_kick_after_idle),
         cmocka_unit_test(test_bad_jobs_and_sleep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
