@@ -5,7 +5,8 @@
  * several GiB of distinct random matrices, so L2 never holds them.
  * Prints a table; writes JSON (default bench/results/gpu_kernels.json).
  *   gpu_kernels [--out FILE] [--iters N] [--formats Q4_K,Q6_K,...] [--tunings]
- * --tunings also times every matvec launch shape (warps per row 1, 2, 4). */
+ * --tunings also times every matvec launch shape (warps per row 1, 2, 4 at
+ * 1 token; 1 and 2 rows per lane at 8 tokens). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,8 +244,9 @@ int main(int argc, char **argv)
                 {"wpr=2", {.matvec_wpr = 2}, 1},
                 {"wpr=4", {.matvec_wpr = 4}, 1},
                 {"rows=1", {.matvec_rows = 1}, 8},
+                {"rows=2", {.matvec_rows = 2}, 8},
             };
-            for (int v = 0; v < (tunings ? 6 : 2); v++) {
+            for (int v = 0; v < (tunings ? 7 : 2); v++) {
                 int ntok = vars[v].ntok;
                 CHECK(tdm_gpu_set_tuning(g, &vars[v].tu, &err));
                 mv_ctx m = {(tdm_qtype)t, pool, tdm_qtype_row_bytes((tdm_qtype)t, k_shapes[s].k) * k_shapes[s].rows,

@@ -119,7 +119,7 @@ __device__ __forceinline__ int64_t chunk_off(const tdm_geom &g, int64_t k0)
  * shared memory (a chunk of n_embd at a time), then each group of SPLIT
  * warps takes one row per pass: its lanes split the row's units. */
 template <int SPLIT>
-__global__ void __launch_bounds__(MOE_WARPS * 32)
+__global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
     moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int32_t *__restrict__ ids,
                        int k, int ntok, float *__restrict__ h, int chunk)
 {
@@ -174,12 +174,16 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
                 tdm_xq_fill(xq8, xs, pitch, xt, 0, 1, k0, n & ~31);
                 __syncthreads();
             }
-            if (live) {
-                gs += tdm_row_part_rt(gtype, gw + row * grb + chunk_off(gg, k0), sub, n / gg.unit,
-                                      32 * SPLIT, xq, xt + k0);
-                us += tdm_row_part_rt(utype, uw + row * urb + chunk_off(ug, k0), sub, n / ug.unit,
-                                      32 * SPLIT, xq, xt + k0);
+            const uint8_t *gr = gw + row * grb + chunk_off(gg, k0), *ur = uw + row * urb + chunk_off(ug, k0);
+            float acc[2] = {0.0f, 0.0f};
+            if (live && gtype == utype) { /* both rows' loads in flight at once */
+                tdm_rows_part_rt<2>(gtype, gr, ur - gr, sub, n / gg.unit, 32 * SPLIT, xq, xt + k0, acc);
+            } else if (live) {
+                tdm_rows_part_rt<1>(gtype, gr, 0, sub, n / gg.unit, 32 * SPLIT, xq, xt + k0, acc);
+                tdm_rows_part_rt<1>(utype, ur, 0, sub, n / ug.unit, 32 * SPLIT, xq, xt + k0, acc + 1);
             }
+            gs += acc[0];
+            us += acc[1];
         }
         gs = group_sum<SPLIT>(gs, red);
         us = group_sum<SPLIT>(us, red);
@@ -206,7 +210,7 @@ __device__ __forceinline__ void down_items(const uint8_t *const *base, const flo
             continue;
         tdm_xq xr = {xq.q + r * xq.pitch, xq.s + r * (xq.pitch / 32), xq.pitch};
         float part = 0.0f;
-        tdm_row_part<T>(b + off, u, u + 1, 1, xr, hf + r * h_stride, &part);
+        tdm_rows_part<T, 1>(b + off, 0, u, u + 1, 1, xr, hf + r * h_stride, &part);
         *acc += wt[r] * part;
     }
 }
@@ -217,7 +221,7 @@ __device__ __forceinline__ void down_items(const uint8_t *const *base, const flo
  * takes one row per pass: its lanes split the (rank, unit) items of the
  * row, so short rows (n_ff 512) still keep every lane busy. */
 template <int SPLIT>
-__global__ void __launch_bounds__(MOE_WARPS * 32)
+__global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
     moe_down_kernel(moe_args a, const float *__restrict__ h, const int32_t *__restrict__ ids,
                     const float *__restrict__ wts, int k, const float *add, float *y,
                     int accumulate, int chunk)

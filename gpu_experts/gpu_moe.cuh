@@ -20,6 +20,8 @@
 
 #define MOE_WARPS 8
 #define MOE_TILE 16          /* rows per block: amortises the activation quantisation */
+#define MOE_BLOCKS_PER_SM 3  /* asked of ptxas (<= 80 registers): a 1-token Qwen3.5
+                                gate_up (288 blocks) runs in one wave on 132 SMs */
 #define MOE_MAX_K 32         /* selected experts per token */
 #define MOE_XQ_ELEMS 16384   /* int8 activations a block holds (a chunk per selection) */
 #define ROUTER_MAX_EXPERTS 1024

@@ -810,8 +810,8 @@ TDM_HD void tdm_q8_rows_part(const uint8_t *row, int64_t row_bytes, int nrows, i
     using Q = QT<T>;
     constexpr int UPB = Q::BLK / Q::UNIT, GPB = Q::BLK / 32;
 #ifdef __CUDA_ARCH__
-    /* two units' loads in flight where registers allow (1-2 tokens, 1 row) */
-#pragma unroll(NT * R <= 2 ? 2 : 1)
+    /* two units' loads in flight where registers allow (1 token, 1 row) */
+#pragma unroll(NT * R == 1 ? 2 : 1)
 #endif
     for (int u = ubeg; u < uend; u += ustep) {
         int blk = u / UPB, ub = u - blk * UPB;
@@ -858,28 +858,31 @@ __device__ __forceinline__ tdm_geom tdm_geom_rt(int type)
     return g;
 }
 
-/* Partial dot of one row over units ubeg, ubeg + ustep, ... < uend of a
- * chunk: quantised types against the chunk's int8 activations xq, plain
- * ones against the float activations xf (at the chunk's start); row points
- * at the chunk's first block. Adds to *acc. */
-template <int T>
-__device__ __forceinline__ void tdm_row_part(const uint8_t *row, int ubeg, int uend, int ustep,
-                                             const tdm_xq &xq, const float *xf, float *acc)
+/* Partial dots of R rows (row, row + delta, ...) over units ubeg, ubeg +
+ * ustep, ... < uend of a chunk: quantised types against the chunk's int8
+ * activations xq, plain ones against the float activations xf (at the
+ * chunk's start); row points at the chunk's first block. Adds to acc[R].
+ * R = 2 lets the fused gate_up kernel read a gate row and an up row (any
+ * distance apart) with both loads in flight and one activation load. */
+template <int T, int R>
+__device__ __forceinline__ void tdm_rows_part(const uint8_t *row, int64_t delta, int ubeg, int uend,
+                                              int ustep, const tdm_xq &xq, const float *xf,
+                                              float *acc)
 {
     if constexpr (QT<T>::I8)
-        tdm_q8_rows_part<T, 1, 1>(row, 0, 1, ubeg, uend, ustep, xq, 1, (float(*)[1])acc);
+        tdm_q8_rows_part<T, 1, R>(row, delta, R, ubeg, uend, ustep, xq, 1, (float(*)[1])acc);
     else
-        tdm_rows_dot_part<T, 1, 1>(row, 0, 1, uend, xf, 0, 1, ubeg, ustep, (float(*)[1])acc);
+        tdm_rows_dot_part<T, 1, R>(row, delta, R, uend, xf, 0, 1, ubeg, ustep, (float(*)[1])acc);
 }
 
 /* The same for a type known at run time (warp-uniform switch, outside the
  * unit loop). */
-__device__ __forceinline__ float tdm_row_part_rt(int type, const uint8_t *row, int ubeg, int uend,
-                                                 int ustep, const tdm_xq &xq, const float *xf)
+template <int R>
+__device__ __forceinline__ void tdm_rows_part_rt(int type, const uint8_t *row, int64_t delta,
+                                                 int ubeg, int uend, int ustep, const tdm_xq &xq,
+                                                 const float *xf, float *acc)
 {
-    float acc = 0.0f;
-    TDM_QT_DISPATCH(type, (tdm_row_part<QTYPE>(row, ubeg, uend, ustep, xq, xf, &acc)));
-    return acc;
+    TDM_QT_DISPATCH(type, (tdm_rows_part<QTYPE, R>(row, delta, ubeg, uend, ustep, xq, xf, acc)));
 }
 
 /* Asks L2 for [p, p + bytes) ahead of the loads (hides the DRAM latency

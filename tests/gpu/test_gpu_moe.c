@@ -90,6 +90,7 @@ typedef struct moe_case {
     tdm_qtype gt, dt, sh_gt, sh_dt;
     double resident; /* fraction of experts given a slot */
     bool shared;
+    tdm_qtype ut, sh_ut; /* up types when they differ from gate's (0: the same) */
 } moe_case;
 
 static void run_moe_split(const moe_case *c);
@@ -114,12 +115,12 @@ static void run_moe_split(const moe_case *c)
     expert *ex = calloc(E, sizeof *ex), sh;
     for (int64_t e = 0; e < E; e++) {
         mat_make(&ex[e].gate, c->gt, F, D);
-        mat_make(&ex[e].up, c->gt, F, D);
+        mat_make(&ex[e].up, c->ut ? c->ut : c->gt, F, D);
         mat_make(&ex[e].down, c->dt, D, F);
     }
     if (c->shared) {
         mat_make(&sh.gate, c->sh_gt, c->sh_ff, D);
-        mat_make(&sh.up, c->sh_gt, c->sh_ff, D);
+        mat_make(&sh.up, c->sh_ut ? c->sh_ut : c->sh_gt, c->sh_ff, D);
         mat_make(&sh.down, c->sh_dt, D, c->sh_ff);
     }
     /* residency: a random subset of this layer's experts in shuffled slots;
@@ -135,8 +136,8 @@ static void run_moe_split(const moe_case *c)
         int32_t *a = &slot_of[c->layer * E + e], *b = &slot_of[c->layer * E + r];
         int32_t t = *a; *a = *b; *b = t;
     }
-    size_t gb = ex[0].gate.bytes, db = ex[0].down.bytes;
-    size_t slot_bytes = 2 * gb + db + 7; /* odd stride: slots only byte aligned... */
+    size_t gb = ex[0].gate.bytes, ub = ex[0].up.bytes, db = ex[0].down.bytes;
+    size_t slot_bytes = gb + ub + db + 7; /* odd stride: slots only byte aligned... */
     slot_bytes += slot_bytes & 1;        /* ...but 2-aligned, as the blocks need */
     uint8_t *arena = calloc(n_slots ? n_slots : 1, slot_bytes);
     for (int64_t e = 0; e < E; e++) {
@@ -144,8 +145,8 @@ static void run_moe_split(const moe_case *c)
         if (s < 0)
             continue;
         memcpy(arena + s * slot_bytes, ex[e].gate.q, gb);
-        memcpy(arena + s * slot_bytes + gb, ex[e].up.q, gb);
-        memcpy(arena + s * slot_bytes + 2 * gb, ex[e].down.q, db);
+        memcpy(arena + s * slot_bytes + gb, ex[e].up.q, ub);
+        memcpy(arena + s * slot_bytes + gb + ub, ex[e].down.q, db);
     }
     /* inputs */
     float *x = malloc(sizeof(float) * ntok * D);
@@ -173,15 +174,16 @@ static void run_moe_split(const moe_case *c)
     /* device */
     tdm_gpu_expert_table tab = {dev_upload(slot_of, sizeof(int32_t) * c->n_layer * E), E,
                                 dev_upload(arena, (n_slots ? n_slots : 1) * slot_bytes), slot_bytes,
-                                0, gb, 2 * gb};
+                                0, gb, gb + ub};
     tdm_gpu_shared_expert dsh = {0};
     if (c->shared)
         dsh = (tdm_gpu_shared_expert){dev_upload(sh.gate.q, sh.gate.bytes),
                                       dev_upload(sh.up.q, sh.up.bytes),
                                       dev_upload(sh.down.q, sh.down.bytes),
-                                      c->sh_gt, c->sh_gt, c->sh_dt, c->sh_ff,
+                                      c->sh_gt, c->sh_ut ? c->sh_ut : c->sh_gt, c->sh_dt, c->sh_ff,
                                       dev_upload(lg, sizeof(float) * ntok)};
-    tdm_gpu_moe_layer L = {&tab, c->layer, c->gt, c->gt, c->dt, D, F, c->shared ? &dsh : NULL};
+    tdm_gpu_moe_layer L = {&tab, c->layer, c->gt, c->ut ? c->ut : c->gt, c->dt, D, F,
+                           c->shared ? &dsh : NULL};
     int64_t hs = tdm_gpu_moe_h_stride(&L), nsel = k + (c->shared ? 1 : 0);
     float *dx = dev_upload(x, sizeof(float) * ntok * D), *dh = dev_poisoned(ntok * nsel * hs);
     int32_t *dids = dev_upload(ids, sizeof(int32_t) * ntok * k);
@@ -324,6 +326,16 @@ static void test_moe_long_rows(void **state)
     run_moe(&w);
 }
 
+static void test_moe_mixed_gate_up(void **state)
+{
+    (void)state;
+    /* gate and up of different types (two separate row dots instead of the
+     * paired one), routed and shared */
+    moe_case c = {512, 256, 9, 4, 3, 0, 1, 256, TDM_Q_Q4_K, TDM_Q_Q6_K, TDM_Q_Q8_0, TDM_Q_Q8_0,
+                  0.7, true, TDM_Q_Q5_K, TDM_Q_F16};
+    run_moe(&c);
+}
+
 static void test_moe_bad_input(void **state)
 {
     (void)state;
@@ -354,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_moe_qwen3_shapes),
         cmocka_unit_test(test_moe_small_formats),
         cmocka_unit_test(test_moe_long_rows),
+        cmocka_unit_test(test_moe_mixed_gate_up),
         cmocka_unit_test(test_moe_bad_input),
     };
     return cmocka_run_group_tests(tests, gpu_setup, gpu_teardown);
