@@ -12,16 +12,21 @@
  *              (+ sigmoid-gated shared expert) accumulated into x
  *   logits = output * RMSNorm(x)
  *
- * Products: up to 8 tokens use tdm_gpu_matvec (float32 activations); longer
- * batches use tdm_gpu_matmul (fp16 GEMM) except for F32 weights (routers, the
- * f32 test models), which stay on matvec in chunks of 8 so routing decisions
- * see float32 logits. Expert weights: per layer one arena with a slot per
- * expert (gate|up|down, copied from the file's 3-D tensors) and an identity
- * residency table, so the fused kernels of the hybrid path run unchanged.
- * Dense (mlp_only) layers are a one-expert arena with k = 1, weight 1.
+ * Products: up to 8 tokens use tdm_gpu_matvec (int8 activations for the
+ * quantised formats, float32 for F32/F16/BF16); a one-token step runs
+ * products that share their input as one (q|k|v, DeltaNet qkv|z and
+ * beta|alpha, router|shared gate: uploaded back to back). Longer batches use
+ * tdm_gpu_matmul (fp16 GEMM) except for F32 weights (routers, the f32 test
+ * models), which stay on matvec in chunks of 8 so routing decisions see
+ * float32 logits, and the grouped MoE path (tdm_gpu_moe_prefill). Expert
+ * weights: per layer one arena with a slot per expert (gate|up|down, copied
+ * from the file's 3-D tensors) and an identity residency table, so the fused
+ * kernels of the hybrid path run unchanged. Dense (mlp_only) layers are a
+ * one-expert arena with k = 1, weight 1.
  *
  * Differences to the CPU forward (numerical only): fp16 KV cache, float32
- * RoPE angles, the DeltaNet recurrence for prompts as well (not chunked),
+ * RoPE angles, int8 activations rounded per 32 elements (the CPU per block
+ * of its dot format), the chunked DeltaNet in float32 (tdm_gpu_deltanet),
  * fp16 GEMMs for prompt batches of non-F32 weights.
  *
  * Decode (one token with logits, no route hook) runs as one CUDA graph,
@@ -106,8 +111,9 @@ void tdm_forward_gpu_set_route_hook(tdm_forward_gpu *f, tdm_forward_route_fn fn,
 void tdm_forward_gpu_set_graphs(tdm_forward_gpu *f, bool on);
 bool tdm_forward_gpu_graphs(const tdm_forward_gpu *f);
 
-/* Tokens per batch above which non-F32 products use the fp16 GEMM (default 8;
- * a larger value keeps prompts on float32 matvec, slower but closer to the CPU). */
+/* Tokens per batch above which non-F32 products use the fp16 GEMM and the
+ * grouped MoE path (default 8; a larger value keeps prompts on the decode
+ * kernels, slower; both paths are tested). */
 void tdm_forward_gpu_set_matmul_min(tdm_forward_gpu *f, int32_t n);
 
 #endif

@@ -9,7 +9,7 @@
  *  - small-qwen35moe Q4_K_M: KL(ref || gpu) <= 1.1 KL(ref || llama.cpp) and
  *    top-1 vs llama.cpp >= 0.95 (test_model_quant's bounds; or top-1 vs the
  *    reference at least llama.cpp's, see below), with the fp16
- *    GEMM prompt path and with float32 matvec only;
+ *    GEMM prompt path and with the decode kernels only (int8 activations);
  *  - demo model, teacher-forced on models/demo/peer-greedy.json: argmax
  *    equals the CPU forward's except at near-ties (see test_demo_greedy),
  *    >= 97% agreement with llama.cpp; free-running greedy prefix printed;
@@ -233,7 +233,7 @@ static void test_small_q4km(void **state)
         assert_non_null(lr);
         assert_non_null(lp);
         float *le = malloc((size_t)n * V * sizeof(float));
-        for (int mode = 0; mode < 2; mode++) { /* 0: fp16 GEMM for n > 8; 1: float32 matvec only */
+        for (int mode = 0; mode < 2; mode++) { /* 0: fp16 GEMM + grouped MoE for n > 8; 1: decode kernels only */
             tdm_forward_gpu *f = gpu_new(m, n, 512);
             if (mode)
                 tdm_forward_gpu_set_matmul_min(f, 1 << 30);
