@@ -24,22 +24,12 @@
 #include <cmocka.h>
 
 #include "../unit/model_fixtures.h"
+#include "gpu_model_util.h"
 #include "forward.h"
 #include "forward_gpu.h"
 #include "gpu.h"
 #include "model.h"
 #include "session.h"
-
-static tdm_model *load(const char *path)
-{
-    tdm_model *m = NULL;
-    tdm_error err = {0};
-    tdm_status st = tdm_model_load(path, &m, &err);
-    if (st)
-        fprintf(stderr, "load %s: %s\n", path, err.msg);
-    assert_int_equal(st, TDM_OK);
-    return m;
-}
 
 static tdm_forward_gpu *gpu_new(const tdm_model *m, int32_t n_ctx, int32_t batch)
 {
@@ -61,12 +51,6 @@ static void gpu_eval(tdm_forward_gpu *f, const int32_t *tok, int32_t n, int32_t 
     assert_int_equal(st, TDM_OK);
 }
 
-/* make test-gpu runs on a GPU machine: no device is a failure, not a skip. */
-#define NEED_GPU()                                                  \
-    do {                                                            \
-        if (!tdm_gpu_available())                                   \
-            fail_msg("no CUDA device visible (make test-gpu needs one)"); \
-    } while (0)
 
 /* ---- micro models ---- */
 
@@ -190,7 +174,7 @@ static void check_greedy(fx_micro *mc)
 
 static void run_micro(const char *name)
 {
-    NEED_GPU();
+    gm_need_gpu();
     fx_micro mc;
     fx_micro_open(&mc, name);
     check_prompt(&mc, "short");
@@ -209,7 +193,7 @@ static void test_micro_qwen3next(void **state) { (void)state; run_micro("micro-q
 static void test_small_q4km(void **state)
 {
     (void)state;
-    NEED_GPU();
+    gm_need_gpu();
     static const char *prompts[] = {"short", "long", "chat"};
     char dir[1024], path[1400];
     fx_dir(dir, sizeof dir, "small-qwen35moe", 0);
@@ -217,7 +201,7 @@ static void test_small_q4km(void **state)
     cJSON *ref = fx_json(path);
     assert_non_null(ref);
     snprintf(path, sizeof path, "%s/small-qwen35moe-Q4_K_M.gguf", dir);
-    tdm_model *m = load(path);
+    tdm_model *m = gm_load(path);
     const int V = tdm_model_hparams(m)->n_vocab;
     int ran = 0;
     for (int p = 0; p < 3; p++) {
@@ -309,13 +293,9 @@ static int greedy_prefix(const tdm_model *m, tdm_forward_gpu *f, tdm_forward *fc
 static void test_demo_greedy(void **state)
 {
     (void)state;
-    NEED_GPU();
-    char path[1200];
-    snprintf(path, sizeof path, "%s/models/demo/peer-greedy.json", fx_root());
-    cJSON *pg = fx_json(path);
-    assert_non_null(pg);
-    snprintf(path, sizeof path, "%s/models/demo/demo-Q4_K_M.gguf", fx_root());
-    tdm_model *m = load(path);
+    gm_need_gpu();
+    cJSON *pg = NULL;
+    tdm_model *m = gm_demo(&pg);
     const int V = tdm_model_hparams(m)->n_vocab;
     const cJSON *c;
     int total = 0, agree_cpu = 0, agree_peer = 0, ties = 0;
@@ -366,7 +346,7 @@ static void test_demo_greedy(void **state)
 static void test_session_cuda(void **state)
 {
     (void)state;
-    NEED_GPU();
+    gm_need_gpu();
     fx_micro mc;
     fx_micro_open(&mc, "micro-qwen35moe");
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc.ref, "prompts"), "chat");

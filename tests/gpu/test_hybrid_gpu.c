@@ -29,17 +29,13 @@
 #include <cmocka.h>
 
 #include "../unit/model_fixtures.h"
+#include "gpu_model_util.h"
 #include "forward.h"
 #include "forward_gpu.h"
 #include "gpu.h"
 #include "model.h"
 #include "topology.h"
 
-#define NEED_GPU()                                                        \
-    do {                                                                  \
-        if (!tdm_gpu_available())                                         \
-            fail_msg("no CUDA device visible (make test-gpu needs one)"); \
-    } while (0)
 
 enum { FULL = -2, HALF = -3 }; /* slot counts resolved per model */
 
@@ -188,48 +184,37 @@ static void micro(const char *name)
 static void test_micro_qwen3moe(void **state)
 {
     (void)state;
-    NEED_GPU();
+    gm_need_gpu();
     micro("micro-qwen3moe");
 }
 
 static void test_micro_qwen35moe(void **state)
 {
     (void)state;
-    NEED_GPU();
+    gm_need_gpu();
     micro("micro-qwen35moe");
 }
 
 static void test_micro_qwen3next(void **state)
 {
     (void)state;
-    NEED_GPU();
+    gm_need_gpu();
     micro("micro-qwen3next");
 }
 
 /* ---- quantised: small-qwen35moe Q4_K_M and the demo model ---- */
 
-static tdm_model *load(const char *path)
-{
-    tdm_model *m = NULL;
-    tdm_error err = {0};
-    tdm_status st = tdm_model_load(path, &m, &err);
-    if (st)
-        fprintf(stderr, "load %s: %s\n", path, err.msg);
-    assert_int_equal(st, TDM_OK);
-    return m;
-}
-
 static void test_small_q4km(void **state)
 {
     (void)state;
-    NEED_GPU();
+    gm_need_gpu();
     char dir[1024], path[1400];
     fx_dir(dir, sizeof dir, "small-qwen35moe", 0);
     snprintf(path, sizeof path, "%s/reference.json", dir);
     cJSON *ref = fx_json(path);
     assert_non_null(ref);
     snprintf(path, sizeof path, "%s/small-qwen35moe-Q4_K_M.gguf", dir);
-    tdm_model *m = load(path);
+    tdm_model *m = gm_load(path);
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "prompts"), "long");
     int32_t tok[512];
     const int n = fx_ints(cJSON_GetObjectItem(p, "tokens"), tok, 512), np = n - 8;
@@ -248,13 +233,9 @@ static void test_small_q4km(void **state)
 static void test_demo(void **state)
 {
     (void)state;
-    NEED_GPU();
-    char path[1200];
-    snprintf(path, sizeof path, "%s/models/demo/peer-greedy.json", fx_root());
-    cJSON *pg = fx_json(path);
-    assert_non_null(pg);
-    snprintf(path, sizeof path, "%s/models/demo/demo-Q4_K_M.gguf", fx_root());
-    tdm_model *m = load(path);
+    gm_need_gpu();
+    cJSON *pg = NULL;
+    tdm_model *m = gm_demo(&pg);
     tdm_topology *topo = NULL;
     tdm_error err = {0};
     assert_int_equal(tdm_topology_load(&topo, &err), TDM_OK);
@@ -291,10 +272,10 @@ static void test_demo(void **state)
 static void test_budget(void **state)
 {
     (void)state;
-    NEED_GPU();
+    gm_need_gpu();
     char path[1200];
     snprintf(path, sizeof path, "%s/models/demo/demo-Q4_K_M.gguf", fx_root());
-    tdm_model *m = load(path);
+    tdm_model *m = gm_load(path);
     tdm_executor_params xp;
     tdm_executor_params_init(&xp);
     xp.gpu_mem = 1 << 20;

@@ -1,0 +1,39 @@
+/* gpu_model_util: what the GPU model tests (test_forward_gpu, test_hybrid_gpu)
+ * share: the device check, model loading, the demo model with llama.cpp's
+ * greedy continuations. Include after cmocka.h and model_fixtures.h. */
+#ifndef TDM_GPU_MODEL_UTIL_H
+#define TDM_GPU_MODEL_UTIL_H
+
+#include "gpu.h"
+#include "model.h"
+
+/* make test-gpu runs on a GPU machine: no device is a failure, not a skip. */
+static __attribute__((unused)) void gm_need_gpu(void)
+{
+    if (!tdm_gpu_available())
+        fail_msg("no CUDA device visible (make test-gpu needs one)");
+}
+
+static __attribute__((unused)) tdm_model *gm_load(const char *path)
+{
+    tdm_model *m = NULL;
+    tdm_error err = {0};
+    tdm_status st = tdm_model_load(path, &m, &err);
+    if (st)
+        fprintf(stderr, "load %s: %s\n", path, err.msg);
+    assert_int_equal(st, TDM_OK);
+    return m;
+}
+
+/* The demo model and models/demo/peer-greedy.json (caller frees both). */
+static __attribute__((unused)) tdm_model *gm_demo(cJSON **peer_greedy)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/models/demo/peer-greedy.json", fx_root());
+    *peer_greedy = fx_json(path);
+    assert_non_null(*peer_greedy);
+    snprintf(path, sizeof path, "%s/models/demo/demo-Q4_K_M.gguf", fx_root());
+    return gm_load(path);
+}
+
+#endif
