@@ -14,6 +14,10 @@ static __attribute__((unused)) void gm_need_gpu(void)
         fail_msg("no CUDA device visible (make test-gpu needs one)");
 }
 
+/* Under compute-sanitizer (tests/gpu/sanitizer.sh sets TDM_SANITIZER) the
+ * model tests run fewer prompts: the kernels are the same, 10-100x slower. */
+static __attribute__((unused)) bool gm_sanitized(void) { return getenv("TDM_SANITIZER") != NULL; }
+
 static __attribute__((unused)) tdm_model *gm_load(const char *path)
 {
     tdm_model *m = NULL;

@@ -249,7 +249,7 @@ static void test_demo(void **state)
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(pg, "cases"))
     {
-        if (done == 2) /* two prompts keep the test short; each runs every case */
+        if (done == (gm_sanitized() ? 1 : 2)) /* two prompts keep the test short; each runs every case */
             break;
         int32_t tok[1024];
         const int np = fx_ints(cJSON_GetObjectItem(c, "prompt_tokens"), tok, 512);
@@ -261,7 +261,7 @@ static void test_demo(void **state)
         free_baseline(&b);
         done++;
     }
-    assert_int_equal(done, 2);
+    assert_int_equal(done, gm_sanitized() ? 1 : 2);
     tdm_topology_free(topo);
     tdm_model_free(m);
     cJSON_Delete(pg);
