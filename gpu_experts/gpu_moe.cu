@@ -208,6 +208,8 @@ __device__ __forceinline__ void down_items(const uint8_t *const *base, const flo
         const uint8_t *b = base[r];
         if (!b)
             continue;
+        /* rank r's row on its own: valid because tdm_xq_fill swizzles each row
+         * relative to its start (gpu_quant.cuh) */
         tdm_xq xr = {xq.q + r * xq.pitch, xq.s + r * (xq.pitch / 32), xq.pitch};
         float part = 0.0f;
         tdm_rows_part<T, 1>(b + off, 0, u, u + 1, 1, xr, hf + r * h_stride, &part);

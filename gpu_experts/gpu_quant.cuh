@@ -708,19 +708,27 @@ TDM_HD int tdm_xq_round(float x, float inv)
 TDM_HD float tdm_max_nan(float a, float b) { return (a > b || a != a) ? a : b; }
 
 /* One block's int8 activations for a chunk of k, in shared memory:
- * q [rows][pitch] int8 (pitch: the chunk rounded up to 128 bytes), s
- * [rows][pitch / 32] = {dx bits, sum of the group's quants over elements
- * 0..15 (low 16 bits) and 16..31 (high 16 bits)}; rows are tokens (matvec)
- * or selections (MoE down). */
+ * q [rows][pitch] int8 (pitch: the chunk rounded up to 128 bytes; each row
+ * swizzled on its own, tdm_xq_swz), s [rows][pitch / 32] = {dx bits, sum of
+ * the group's quants over elements 0..15 (low 16 bits) and 16..31 (high 16
+ * bits)}; rows are tokens (matvec) or selections (MoE down). Because the
+ * swizzle is per row, {q + r * pitch, s + r * (pitch / 32), pitch} is again
+ * a valid tdm_xq holding row r alone (the MoE down kernel's per-selection
+ * views). */
 struct tdm_xq {
     const int8_t *q;
     const uint2 *s;
     int pitch;
 };
 
-/* Byte offset of q element o in shared memory: the 16-byte chunks of each
- * 128 bytes are xor-swizzled so that the 8 lanes of a quarter warp, reading
- * the groups of 8 consecutive units, hit distinct banks. */
+/* Byte offset of element o of one row from the row's start: the 16-byte
+ * chunks of each 128 bytes are xor-swizzled so that the 8 lanes of a quarter
+ * warp, reading the groups of 8 consecutive units, hit distinct banks. The
+ * key is the position within the row, never the row: rows start at
+ * multiples of 128 bytes, so adding r * pitch outside the swizzle keeps the
+ * banks, and a row read through a view starting at it finds what was
+ * written (a swizzle of r * pitch + o would differ for r * pitch not a
+ * multiple of 1024). */
 TDM_HD int tdm_xq_swz(int o)
 {
     int c = o >> 4;
@@ -753,7 +761,7 @@ __device__ __forceinline__ void tdm_xq_fill(int8_t *q, uint2 *s, int pitch, cons
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         int upper = __shfl_xor_sync(0xffffffffu, sum, 4); /* the other half's sum */
         if (ok) {
-            *(uint32_t *)(q + tdm_xq_swz(r * pitch + e)) =
+            *(uint32_t *)(q + r * pitch + tdm_xq_swz(e)) =
                 (uint32_t)(q0 & 0xFF) | (uint32_t)(q1 & 0xFF) << 8 | (uint32_t)(q2 & 0xFF) << 16 |
                 (uint32_t)q3 << 24;
             if ((e & 31) == 0)
@@ -825,9 +833,9 @@ TDM_HD void tdm_q8_rows_part(const uint8_t *row, int64_t row_bytes, int nrows, i
             TDM_UNROLL
             for (int t = 0; t < NT; t++) {
                 if (t < ntok) {
-                    int o = t * xq.pitch + 32 * gi;
-                    int4 xa = *(const int4 *)(xq.q + tdm_xq_swz(o));
-                    int4 xb = *(const int4 *)(xq.q + tdm_xq_swz(o + 16));
+                    const int8_t *xt = xq.q + t * xq.pitch; /* row t, swizzled on its own */
+                    int4 xa = *(const int4 *)(xt + tdm_xq_swz(32 * gi));
+                    int4 xb = *(const int4 *)(xt + tdm_xq_swz(32 * gi + 16));
                     uint2 s = xq.s[t * (xq.pitch / 32) + gi];
                     TDM_UNROLL
                     for (int r = 0; r < R; r++)
