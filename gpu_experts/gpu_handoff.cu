@@ -10,20 +10,16 @@
 #define HANDOFF_MAX_BLOCKS 64
 
 /* Whether any selection of the layer has no slot (an id out of range counts
- * as a miss, so the pool reports it). Every block evaluates it itself. */
+ * as a miss, so the pool reports it). Every block evaluates it itself; the
+ * block-wide OR keeps the hand-off kernels free of shared memory. */
 __device__ bool layer_misses(const tdm_gpu_handoff &h, int32_t layer, const int32_t *ids, int n)
 {
-    __shared__ int miss;
-    if (threadIdx.x == 0)
-        miss = 0;
-    __syncthreads();
+    int miss = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const int32_t e = ids[i];
-        if (e < 0 || e >= h.n_expert || h.slot_of[(int64_t)layer * h.n_expert + e] < 0)
-            miss = 1; /* benign race: every writer stores 1 */
+        miss |= e < 0 || e >= h.n_expert || h.slot_of[(int64_t)layer * h.n_expert + e] < 0;
     }
-    __syncthreads();
-    return miss != 0;
+    return __syncthreads_or(miss) != 0;
 }
 
 __global__ void __launch_bounds__(HANDOFF_THREADS)
@@ -80,10 +76,10 @@ __device__ __forceinline__ uint64_t global_ns(void)
 __global__ void __launch_bounds__(HANDOFF_THREADS)
     merge_kernel(tdm_gpu_handoff h, float *__restrict__ y, int32_t ntok, uint64_t timeout_ns)
 {
-    __shared__ int ready;
     const uint32_t seq = h.state[TDM_GPU_HANDOFF_CUR];
     if (seq == 0)
         return;
+    int ready = 1; /* thread 0's verdict; the others agree through the block-wide AND */
     if (threadIdx.x == 0) {
         const uint64_t t0 = global_ns();
         uint64_t t = t0;
@@ -104,8 +100,7 @@ __global__ void __launch_bounds__(HANDOFF_THREADS)
                 atomicAdd(&h.state[TDM_GPU_HANDOFF_TIMEOUTS], 1u);
         }
     }
-    __syncthreads();
-    if (!ready)
+    if (!__syncthreads_and(ready))
         return;
     const volatile float *out = h.out;
     const int64_t n = (int64_t)ntok * h.n_embd;

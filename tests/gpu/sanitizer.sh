@@ -4,6 +4,7 @@
 # (shared-memory hazards). Fails on any reported error or test failure.
 # The runs are independent processes sharing the GPU: SAN_JOBS of them at a
 # time (default 6), each limited to SAN_TIMEOUT seconds (default 600).
+# Arguments: test names to run (e.g. test_hybrid_gpu); none: every binary.
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -33,7 +34,9 @@ run() {
 }
 
 jobs_running=0
-for t in "$BUILD"/tests/gpu/test_*; do
+bins=("$BUILD"/tests/gpu/test_*)
+[ $# -gt 0 ] && bins=("${@/#/$BUILD/tests/gpu/}")
+for t in "${bins[@]}"; do
     [ -x "$t" ] || continue
     case "$(basename "$t")" in test_gpu_dequant) continue ;; esac # host only, no kernels
     for tool in memcheck racecheck; do
