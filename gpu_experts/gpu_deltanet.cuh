@@ -30,8 +30,9 @@
 #define DNC_THREADS 256
 #define DNC_MAX_DK 128
 /* Below this many tokens the sequential form runs (tdm_gpu_tuning's
- * deltanet_chunk_min overrides it): a chunk costs about as much as ~16
- * sequential steps (estimate; bench/gpu_kernels measures both). */
-#define DNC_MIN_TOKENS_DEFAULT 16
+ * deltanet_chunk_min overrides it). Measured on the H200 (bench/gpu_kernels,
+ * one Qwen3.5 layer): sequential 20.1 / 36.9 us, chunked 24.0 / 26.1 us at
+ * 16 / 32 tokens, so the forms cross near 24. */
+#define DNC_MIN_TOKENS_DEFAULT 24
 
 #endif
