@@ -449,6 +449,11 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
                              (double)f->budget.fixed_bytes / 1073741824.0);
     int64_t fit = slot ? (int64_t)((budget - f->bytes) / slot) : 0;
     fit = fit < f->budget.n_slots ? fit : f->budget.n_slots;
+    /* --cache-experts with --gpu-mem: the count must fit the budget too */
+    if (xp->gpu_mem && xp->n_slots > fit && fit < f->budget.in.max_slots)
+        return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: %d expert slots do not fit the %.2f GiB budget "
+                             "(at most %lld of %.2f MiB)", xp->n_slots, (double)budget / 1073741824.0,
+                             (long long)fit, (double)slot / 1048576.0);
     tdm_executor_params p = *xp;
     p.n_slots = xp->n_slots >= 0 ? xp->n_slots : (int32_t)fit;
     p.n_ctx = f->n_ctx;
