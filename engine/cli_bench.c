@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench_bound.h"
 #include "cli.h"
@@ -30,6 +31,8 @@ const char tdm_cli_bench_help[] =
     "usage: tandem bench [-m MODEL] [--device D] [--threads LIST] [--prompt LIST] [--gen N]\n"
     "                    [--gpu-mem LIST] [--fill LIST] [--profile P.json] [--validate]\n"
     "                    [--hit-curve F | --zipf S] [--membw [GBPS]] [--json FILE] [--plot]\n"
+    "       tandem bench --revalidate FILE.json [-m MODEL | --preset NAME] [--vram-efficiency F]\n"
+    "                    [--efficiency F] [--hit-curve F | --zipf S]\n"
     "       tandem bench --project [-m MODEL | --preset NAME] [projection options]\n"
     "workload: each prompt length (greedy, text from the tokenizer), then --gen decoded tokens.\n"
     "With a GPU, one hybrid session (VRAM expert cache + CPU pool) per --gpu-mem x --threads x\n"
@@ -57,6 +60,12 @@ const char tdm_cli_bench_help[] =
     "  --efficiency F    pool GB/s / probe GB/s of the projection (default: CPU path 0.80 or the\n"
     "                    probe's matvec rate; hybrid: the pool's decode GB/s at the largest\n"
     "                    thread count over the probe's read GB/s there)\n"
+    "  --vram-efficiency F  fraction of the device copy GB/s the GPU side of the projection\n"
+    "                    reaches (--validate: default 1; --revalidate: default as recorded)\n"
+    "  --revalidate FILE.json  no workload: the projection of every run of a hybrid --validate\n"
+    "                    JSON recomputed with the current model, against its measured decode;\n"
+    "                    the model from -m, else the recorded path when it exists, else\n"
+    "                    --preset NAME or the preset matching the recorded accounting\n"
     "  --json FILE       result file (default bench/results/bench-<model>-<UTC time>.json)\n"
     "  --plot            also run bench/plot.sh on the JSON (PNGs next to it; skipped with a\n"
     "                    warning when gnuplot is missing)\n"
@@ -84,6 +93,7 @@ static const int FILL_POLICY[FILL_COUNT] = {TDM_CACHE_LAYER, TDM_CACHE_STATIC, T
 
 typedef struct bench_opts {
     const char *model, *json, *profile, *hit_curve;
+    const char *revalidate, *preset; /* --revalidate FILE.json and its model preset */
     int threads[MAX_LIST], n_threads;
     int prompts[MAX_LIST], n_prompts;
     int gen;
@@ -93,6 +103,7 @@ typedef struct bench_opts {
     bool fill_given;                /* --fill (else the default fill) */
     int32_t adapt_every;
     double membw, efficiency, zipf; /* zipf < 0: the projection default */
+    double vram_eff;                /* 0: the default of the mode */
     bool plot, measure, validate;
     size_t probe_bytes;
     tdm_device device;
@@ -106,6 +117,7 @@ typedef struct bench_run {
     double gpu_mem_gib;
     int fill;                   /* bench_fill; -1 on the CPU path */
     tdm_executor_stats dec;     /* counters over the decode phase (after - before) */
+    double hit;                 /* measured decode hit rate (from dec, or as recorded) */
     /* filled after the workload */
     double dram_gbps;           /* B_dram at this thread count (0: none) */
     double cpu_bytes, gpu_bytes; /* per decoded token */
@@ -179,6 +191,12 @@ static bool parse_value(bench_opts *o, const char *a, const char *v, bool *bad)
         o->profile = v;
     else if (!strcmp(a, "--hit-curve"))
         o->hit_curve = v;
+    else if (!strcmp(a, "--revalidate"))
+        o->revalidate = v;
+    else if (!strcmp(a, "--preset"))
+        o->preset = v;
+    else if (!strcmp(a, "--vram-efficiency"))
+        *bad = !tdm_cli_parse_double(v, 0.001, 1, &o->vram_eff);
     else if (!strcmp(a, "--device"))
         *bad = !tdm_device_parse(v, &o->device);
     else if (!strcmp(a, "--threads"))
@@ -352,7 +370,10 @@ typedef struct bench_ctx {
     double dram_gbps[MAX_LIST]; /* B_dram per o->threads[i] (0: none) */
     char dram_source[32];       /* "probe", "user", "none" */
     double efficiency;          /* of the projection */
-    char efficiency_source[96];
+    char efficiency_source[128];
+    double vram_eff;            /* of the projection: fraction of vram_gbps */
+    double latency_us;          /* of the projection, per hand-off */
+    uint64_t reserve_bytes;     /* of the projection: KV + state + scratch in the budget */
     int32_t n_ctx;              /* of every session */
     cJSON *skipped;             /* hybrid: grid points that failed, [{..., "error"}] */
     bench_run *runs;            /* [MAX_RUNS] */
@@ -369,18 +390,22 @@ static double cpu_path_bytes(const bench_ctx *c, const bench_run *r)
            2.0 * (double)c->pm.kv_bytes_per_ctx * ctx + 2.0 * (double)c->pm.state_bytes;
 }
 
-static tdm_status setup_projection(bench_ctx *c, const tdm_gguf *g, tdm_error *err)
+/* The hit curves of c->pm: h = f for the layer fill, --hit-curve or Zipf (zipf) for the others. */
+static tdm_status setup_curves(bench_ctx *c, double zipf, tdm_error *err)
 {
-    const bench_opts *o = c->o;
-    tdm_status st = tdm_proj_model_from_gguf(g, c->model_name, &c->pm, err);
-    if (!st)
-        st = tdm_proj_hitcurve_zipf(0, c->pm.n_expert, &c->hc_layer, err);
+    tdm_status st = tdm_proj_hitcurve_zipf(0, c->pm.n_expert, &c->hc_layer, err);
     if (st)
         return st;
     snprintf(c->hc_layer.source, sizeof c->hc_layer.source, "layer fill: h = cached fraction");
-    if (o->hit_curve)
-        return tdm_proj_hitcurve_load(o->hit_curve, NULL, &c->pm, &c->hc, err);
-    return tdm_proj_hitcurve_zipf(o->zipf >= 0 ? o->zipf : TDM_PROJ_DEFAULT_ZIPF_S, c->pm.n_expert, &c->hc, err);
+    if (c->o->hit_curve)
+        return tdm_proj_hitcurve_load(c->o->hit_curve, NULL, &c->pm, &c->hc, err);
+    return tdm_proj_hitcurve_zipf(zipf >= 0 ? zipf : TDM_PROJ_DEFAULT_ZIPF_S, c->pm.n_expert, &c->hc, err);
+}
+
+static tdm_status setup_projection(bench_ctx *c, const tdm_gguf *g, tdm_error *err)
+{
+    tdm_status st = tdm_proj_model_from_gguf(g, c->model_name, &c->pm, err);
+    return st ? st : setup_curves(c, c->o->zipf, err);
 }
 
 /* CPU path, after the workload (the probe pins threads, which must not change the runs). */
@@ -416,6 +441,8 @@ static tdm_status setup_cpu_bound(bench_ctx *c, tdm_error *err)
         gr->base.efficiency = c->o->efficiency;
         snprintf(gr->efficiency_source, sizeof gr->efficiency_source, "user");
     }
+    if (c->o->vram_eff > 0)
+        gr->base.vram_efficiency = c->o->vram_eff;
     c->have_grid = true;
     return tdm_proj_grid_run(&c->pm, &c->hc, gr, err);
 }
@@ -557,33 +584,46 @@ static int thread_index(const bench_opts *o, int threads)
     return t;
 }
 
+/* The projection of run i for its machine (docs/BENCH.md "Projection check"):
+ * nothing from the run's own cache counters. */
+static void project_run(const bench_ctx *c, bench_run *r, int i)
+{
+    if (!(r->dram_gbps > 0))
+        return;
+    tdm_proj_machine mc;
+    tdm_proj_machine_default(&c->pm, &mc);
+    mc.dram_gbps = r->dram_gbps;
+    mc.efficiency = c->efficiency;
+    mc.vram_gbps = c->vram_gbps;
+    mc.vram_efficiency = c->vram_eff;
+    mc.latency_us = c->latency_us;
+    mc.vram_bytes = (uint64_t)(r->gpu_mem_gib * (double)(1ull << 30));
+    mc.reserve_bytes = c->reserve_bytes;
+    mc.decode_ctx = (int32_t)(r->prompt + r->decoded / 2.0);
+    tdm_error e = {0};
+    r->have_proj = tdm_proj_predict(&c->pm, r->fill == FILL_LAYER ? &c->hc_layer : &c->hc, &mc, &r->proj,
+                                    &e) == TDM_OK;
+    if (!r->have_proj)
+        fprintf(stderr, "bench: no projection for run %d: %s\n", i, e.msg);
+}
+
 /* Bound and projection of every hybrid run (DESIGN.md §5, docs/BENCH.md). */
 static void hybrid_bound(bench_ctx *c)
 {
     hybrid_efficiency(c);
+    /* the copy rate is measured, not a peak: 1 unless --vram-efficiency */
+    c->vram_eff = c->o->vram_eff > 0 ? c->o->vram_eff : 1.0;
+    c->latency_us = TDM_PROJ_DEFAULT_LATENCY_US;
+    c->reserve_bytes = tdm_proj_reserve_bytes(&c->pm, c->n_ctx);
     for (int i = 0; i < c->n_runs; i++) {
         bench_run *r = &c->runs[i];
-        const double ctx = r->prompt + r->decoded / 2.0, hit = run_hit_rate(r);
+        const double ctx = r->prompt + r->decoded / 2.0;
+        r->hit = run_hit_rate(r);
         r->dram_gbps = c->dram_gbps[thread_index(c->o, r->threads)];
         r->cpu_bytes = (double)r->dec.pool_bytes / r->decoded;
-        r->gpu_bytes = tdm_bench_gpu_bytes(&c->pm, hit, ctx);
+        r->gpu_bytes = tdm_bench_gpu_bytes(&c->pm, r->hit, ctx);
         tdm_bench_bound_compute(r->cpu_bytes, r->dram_gbps, r->gpu_bytes, c->vram_gbps, &r->bound);
-        if (!(r->dram_gbps > 0))
-            continue;
-        tdm_proj_machine mc;
-        tdm_proj_machine_default(&c->pm, &mc);
-        mc.dram_gbps = r->dram_gbps;
-        mc.efficiency = c->efficiency;
-        mc.vram_gbps = c->vram_gbps;
-        mc.vram_efficiency = 1.0; /* the copy rate is measured, not a peak */
-        mc.vram_bytes = (uint64_t)(r->gpu_mem_gib * (double)(1ull << 30));
-        mc.reserve_bytes = tdm_proj_reserve_bytes(&c->pm, c->n_ctx);
-        mc.decode_ctx = (int32_t)ctx;
-        tdm_error e = {0};
-        r->have_proj = tdm_proj_predict(&c->pm, r->fill == FILL_LAYER ? &c->hc_layer : &c->hc, &mc, &r->proj,
-                                        &e) == TDM_OK;
-        if (!r->have_proj)
-            fprintf(stderr, "bench: no projection for run %d: %s\n", i, e.msg);
+        project_run(c, r, i);
     }
 }
 
@@ -710,6 +750,36 @@ static double projected_tok_s(const bench_run *r)
     return r->have_proj ? r->proj.tok_s_hits_on_gpu : 0;
 }
 
+/* The projection against the measured decode, per run (--validate, --revalidate). */
+static void print_validation(const bench_ctx *c)
+{
+    printf("\nprojection (engine/projection.h: t = t_gpu + t_cpu + hand-offs) against the measured decode;\n"
+           "efficiency %.3f = %s;\nVRAM %.0f GB/s x %.3f, latency %.0f us per hand-off, reserve %.1f MB "
+           "(KV for %d positions); hit curve:\nlayer fill: h = cached fraction, other fills: %s\n",
+           c->efficiency, c->efficiency_source, c->vram_gbps, c->vram_eff, c->latency_us,
+           c->reserve_bytes / 1e6, c->n_ctx, c->hc.source);
+    printf("%7s %-8s %7s %6s %7s %7s %7s %7s %7s %7s %7s %9s %9s %9s %8s\n", "gpu-mem", "fill", "threads",
+           "prompt", "B_dram", "hit prj", "hit msr", "gpu prj", "gpu msr", "cpu prj", "cpu msr", "projected",
+           "measured", "error", "bound");
+    for (int i = 0; i < c->n_runs; i++) {
+        const bench_run *r = &c->runs[i];
+        const double dec = r->decoded / r->decode_s, pr = projected_tok_s(r), n = r->decoded;
+        printf("%7.1f %-8s %7d %6d ", r->gpu_mem_gib, FILL_NAME[r->fill], r->threads, r->prompt);
+        print_opt(r->dram_gbps, r->dram_gbps > 0, "%*.1f", 7);
+        if (pr > 0)
+            printf(" %6.1f%% %6.1f%% %7.2f %7.2f %7.2f %7.2f %9.1f %9.2f %+8.1f%% %8s\n", 100 * r->proj.hit_rate,
+                   100 * r->hit, 1e3 * r->proj.t_gpu_s, (r->dec.dev_ms - r->dec.wait_ms) / n,
+                   1e3 * r->proj.t_cpu_s, r->dec.pool_ms / n, pr, dec, 100 * (dec - pr) / pr,
+                   tdm_proj_bound_name(r->proj.bound));
+        else
+            printf(" %7s %6.1f%% %7s %7.2f %7s %7.2f %9s %9.2f %9s %8s\n", "n/a", 100 * r->hit, "n/a",
+                   (r->dec.dev_ms - r->dec.wait_ms) / n, "n/a", r->dec.pool_ms / n, "n/a", dec, "n/a",
+                   r->have_proj ? tdm_proj_bound_name(r->proj.bound) : "n/a");
+    }
+    printf("(ms per decoded token: gpu msr = GPU step time - waiting for the pool, cpu msr = pool compute;\n"
+           " error = (measured - projected) / projected)\n");
+}
+
 static void print_hybrid_report(const bench_ctx *c)
 {
     printf("\n%7s %-8s %7s %6s %8s %8s %6s %7s %7s %7s %7s %7s %7s %8s %-8s %7s\n", "gpu-mem", "fill",
@@ -719,7 +789,7 @@ static void print_hybrid_report(const bench_ctx *c)
         const bench_run *r = &c->runs[i];
         const double dec = r->decoded / r->decode_s, n = r->decoded;
         printf("%7.1f %-8s %7d %6d %8.1f %8.2f %5.1f%% %7.3f %7.3f %7.3f %7.1f %7.1f ", r->gpu_mem_gib,
-               FILL_NAME[r->fill], r->threads, r->prompt, r->prompt / r->prompt_s, dec, 100 * run_hit_rate(r),
+               FILL_NAME[r->fill], r->threads, r->prompt, r->prompt / r->prompt_s, dec, 100 * r->hit,
                r->dec.pool_ms / n, r->dec.dev_ms / n, r->dec.wait_ms / n, run_pool_gbps(r), r->cpu_bytes / 1e6);
         print_opt(r->dram_gbps, r->dram_gbps > 0, "%*.1f", 7);
         if (r->bound.tok_s > 0)
@@ -732,27 +802,8 @@ static void print_hybrid_report(const bench_ctx *c)
            "the pool;\n bound = 1 / max(pool bytes / B_dram, GPU bytes / B_vram), B_vram %.0f GB/s device "
            "copy, B_dram %s)\n",
            c->vram_gbps, c->dram_source);
-    if (!c->o->validate)
-        return;
-    printf("\nprojection (engine/projection.h) against the measured decode; efficiency %.3f = %s;\n"
-           "VRAM %.0f GB/s x 1.0, latency %.0f us per hand-off, KV reserve for %d positions; hit curve:\n"
-           "layer fill: h = cached fraction, other fills: %s\n",
-           c->efficiency, c->efficiency_source, c->vram_gbps, TDM_PROJ_DEFAULT_LATENCY_US, c->n_ctx, c->hc.source);
-    printf("%7s %-8s %7s %6s %7s %7s %7s %9s %9s %9s %8s\n", "gpu-mem", "fill", "threads", "prompt", "B_dram",
-           "hit prj", "hit msr", "projected", "measured", "error", "bound");
-    for (int i = 0; i < c->n_runs; i++) {
-        const bench_run *r = &c->runs[i];
-        const double dec = r->decoded / r->decode_s, pr = projected_tok_s(r);
-        printf("%7.1f %-8s %7d %6d ", r->gpu_mem_gib, FILL_NAME[r->fill], r->threads, r->prompt);
-        print_opt(r->dram_gbps, r->dram_gbps > 0, "%*.1f", 7);
-        if (pr > 0)
-            printf(" %6.1f%% %6.1f%% %9.1f %9.2f %+8.1f%% %8s\n", 100 * r->proj.hit_rate, 100 * run_hit_rate(r),
-                   pr, dec, 100 * (dec - pr) / pr, tdm_proj_bound_name(r->proj.bound));
-        else
-            printf(" %7s %6.1f%% %9s %9.2f %9s %8s\n", "n/a", 100 * run_hit_rate(r), "n/a", dec, "n/a",
-                   r->have_proj ? tdm_proj_bound_name(r->proj.bound) : "n/a");
-    }
-    printf("(error = (measured - projected) / projected)\n");
+    if (c->o->validate)
+        print_validation(c);
 }
 
 static void add_num_or_null(cJSON *o, const char *k, double v, bool have)
@@ -781,7 +832,7 @@ static void run_json_hybrid(cJSON *x, const bench_run *r)
     else
         cJSON_AddNullToObject(x, "fill");
     add_num_or_null(x, "slots", r->dec.n_slots, hy);
-    add_num_or_null(x, "hit_rate", run_hit_rate(r), hy);
+    add_num_or_null(x, "hit_rate", r->hit, hy);
     add_num_or_null(x, "cpu_ms_per_token", r->dec.pool_ms / n, hy);
     add_num_or_null(x, "gpu_ms_per_token", r->dec.dev_ms / n, hy);
     add_num_or_null(x, "wait_ms_per_token", r->dec.wait_ms / n, hy);
@@ -861,9 +912,9 @@ static void path_json(cJSON *root, const bench_ctx *c)
         cJSON_AddNumberToObject(v, "efficiency", c->efficiency);
         cJSON_AddStringToObject(v, "efficiency_source", c->efficiency_source);
         cJSON_AddNumberToObject(v, "vram_gbps", c->vram_gbps);
-        cJSON_AddNumberToObject(v, "vram_efficiency", 1.0);
-        cJSON_AddNumberToObject(v, "latency_us", TDM_PROJ_DEFAULT_LATENCY_US);
-        cJSON_AddNumberToObject(v, "reserve_bytes", (double)tdm_proj_reserve_bytes(&c->pm, c->n_ctx));
+        cJSON_AddNumberToObject(v, "vram_efficiency", c->vram_eff);
+        cJSON_AddNumberToObject(v, "latency_us", c->latency_us);
+        cJSON_AddNumberToObject(v, "reserve_bytes", (double)c->reserve_bytes);
         cJSON_AddStringToObject(v, "hit_curve_layer", c->hc_layer.source);
         cJSON_AddStringToObject(v, "hit_curve", c->hc.source);
         cJSON_AddStringToObject(v, "projected", "tok_s_hits_on_gpu (every hit on the GPU, as the engine runs)");
@@ -1035,6 +1086,110 @@ static tdm_status run_bench(bench_ctx *c, tdm_model *model, char *path, size_t c
     return st;
 }
 
+/* ---- --revalidate ---- */
+
+/* The accounting for a recorded file: -m, else the recorded path when it is
+ * readable here, else a preset with the recorded byte counts (said on stdout). */
+static tdm_status revalidate_model(bench_ctx *c, const tdm_proj_valfile *v, tdm_error *err)
+{
+    const char *path = c->o->model ? c->o->model
+                       : !c->o->preset && v->model_path[0] && access(v->model_path, R_OK) == 0 ? v->model_path
+                                                                                              : NULL;
+    if (!path) {
+        char note[512];
+        tdm_status st = tdm_proj_valfile_model(v, c->o->preset, &c->pm, note, sizeof note, err);
+        if (!st)
+            printf("model: %s\n", note);
+        return st;
+    }
+    tdm_gguf *g;
+    tdm_status st = tdm_gguf_open(path, &g, err);
+    if (st)
+        return st;
+    st = tdm_proj_model_from_gguf(g, v->model_name, &c->pm, err);
+    tdm_gguf_free(g);
+    if (!st)
+        printf("model: %s (accounting from the file)\n", path);
+    return st;
+}
+
+/* c from the recorded inputs: every run's machine and measured decode. */
+static tdm_status revalidate_setup(bench_ctx *c, bench_opts *o, const tdm_proj_valfile *v, tdm_error *err)
+{
+    double zipf = o->zipf;
+    bool other_fill = false;
+    for (int i = 0; i < v->n_runs; i++)
+        other_fill |= strcmp(v->runs[i].fill, "layer") != 0;
+    /* the profile/adaptive fills' curve as --validate had it: Zipf from the
+     * recorded source, a file only from --hit-curve */
+    if (!o->hit_curve && zipf < 0 && sscanf(v->hit_curve, "zipf s=%lf", &zipf) != 1) {
+        zipf = -1;
+        if (other_fill)
+            return tdm_error_set(err, TDM_ERR_INVALID, "the recorded hit curve '%s' of the profile/adaptive "
+                                 "fills is a file: give --hit-curve F (or --zipf S)", v->hit_curve);
+    }
+    tdm_status st = revalidate_model(c, v, err);
+    if (st || (st = setup_curves(c, zipf, err)))
+        return st;
+    c->hybrid = true;
+    c->vram_gbps = v->vram_gbps;
+    c->vram_eff = o->vram_eff > 0 ? o->vram_eff : v->vram_efficiency;
+    c->latency_us = v->latency_us;
+    c->reserve_bytes = v->reserve_bytes;
+    c->efficiency = o->efficiency > 0 ? o->efficiency : v->efficiency;
+    snprintf(c->efficiency_source, sizeof c->efficiency_source, "%s",
+             o->efficiency > 0 ? "user" : v->efficiency_source);
+    for (int i = 0; i < v->n_runs; i++) {
+        const tdm_proj_valrun *x = &v->runs[i];
+        bench_run *r = &c->runs[c->n_runs++];
+        const double n = x->gen_tokens;
+        int fill = FILL_LAYER; /* the reader accepts only the three fill names */
+        parse_fill_list(x->fill, &fill);
+        *r = (bench_run){.threads = x->threads, .prompt = x->prompt_tokens, .decoded = x->gen_tokens,
+                         .decode_s = n / x->decode_tok_s, .gpu_mem_gib = x->gpu_mem_gib, .fill = fill,
+                         .hit = x->hit_rate, .dram_gbps = x->dram_gbps};
+        r->dec.pool_ms = x->cpu_ms * n;
+        r->dec.dev_ms = x->gpu_ms * n;
+        r->dec.wait_ms = x->wait_ms * n;
+        if (x->prompt_tokens + x->gen_tokens > c->n_ctx)
+            c->n_ctx = x->prompt_tokens + x->gen_tokens;
+    }
+    return TDM_OK;
+}
+
+/* tandem bench --revalidate FILE.json: the recorded runs projected again. */
+static int revalidate(bench_opts *o)
+{
+    bench_ctx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    tdm_error err = {0};
+    tdm_proj_valfile *v = calloc(1, sizeof *v); /* ~40 kB */
+    c.runs = calloc(MAX_RUNS, sizeof *c.runs);
+    tdm_status st = v && c.runs ? tdm_proj_valfile_load(o->revalidate, v, &err)
+                                : tdm_error_set(&err, TDM_ERR_OOM, "revalidate");
+    if (!st) {
+        printf("tandem bench --revalidate %s\nrecorded: %s\n", o->revalidate, v->command);
+        st = revalidate_setup(&c, o, v, &err);
+    }
+    for (int i = 0; !st && i < c.n_runs; i++) {
+        project_run(&c, &c.runs[i], i);
+        if (c.runs[i].have_proj && v->runs[i].projected_slots >= 0 &&
+            c.runs[i].proj.slots != v->runs[i].projected_slots)
+            printf("note: run %d: %lld slots here, %lld when recorded (the accounting differs from the "
+                   "file's)\n", i, (long long)c.runs[i].proj.slots, (long long)v->runs[i].projected_slots);
+    }
+    if (!st)
+        print_validation(&c);
+    free(v);
+    free(c.runs);
+    if (st) {
+        fprintf(stderr, "tandem bench: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
 int tdm_cli_bench(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -1051,6 +1206,8 @@ int tdm_cli_bench(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc;
+    if (o.revalidate)
+        return revalidate(&o);
     if (!o.model)
         o.model = tdm_cli_default_model();
     bench_ctx c;

@@ -453,7 +453,6 @@ const char *tdm_proj_bound_name(tdm_proj_bound b)
     case TDM_PROJ_BOUND_VRAM: return "gpu-vram";
     case TDM_PROJ_BOUND_LATENCY: return "latency";
     case TDM_PROJ_BOUND_NOFIT: return "no-fit";
-    case TDM_PROJ_BOUND_BOTH: return "cpu+gpu";
     }
     return "?";
 }
@@ -480,7 +479,6 @@ static tdm_status check_machine(const tdm_proj_machine *mc, tdm_error *err)
 /* Inputs of the per-token time for a given GPU share g of the routed expert bytes. */
 typedef struct split {
     double A, d_cpu, d_gpu; /* bytes per token: active experts, host-side and GPU-side non-expert */
-    double shexp;           /* the part of d_gpu that runs alongside the routed experts */
     double bc, bg;          /* sustained B/s of the CPU pool and the GPU */
     double lat;             /* s per hand-off */
     int32_t n_moe, k;
@@ -496,13 +494,13 @@ static void eval_split(const split *sp, double g, tdm_proj_point *p)
     p->t_cpu_s = p->cpu_bytes / sp->bc;
     p->t_gpu_s = p->gpu_bytes / sp->bg;
     p->t_latency_s = p->handoffs * sp->lat;
-    double t_par = p->t_cpu_s > p->t_gpu_s ? p->t_cpu_s : p->t_gpu_s;
-    p->tok_s = 1 / (t_par + p->t_latency_s);
-    /* non-expert GPU work first, then CPU misses || GPU hits + shared expert */
-    double t_pre = (sp->d_gpu - sp->shexp) / sp->bg;
-    double t_exp = (sp->shexp + g * sp->A) / sp->bg;
-    p->tok_s_serial = 1 / (t_pre + (p->t_cpu_s > t_exp ? p->t_cpu_s : t_exp) + p->t_latency_s);
-    p->bound = p->t_latency_s > t_par     ? TDM_PROJ_BOUND_LATENCY
+    /* serial: each layer's output needs the pool's misses and the GPU's
+     * attention + hits, and the next layer's attention needs that output, so
+     * the two sides alternate instead of overlapping (projection.h) */
+    p->tok_s = 1 / (p->t_cpu_s + p->t_gpu_s + p->t_latency_s);
+    const double t_max = p->t_cpu_s > p->t_gpu_s ? p->t_cpu_s : p->t_gpu_s;
+    p->tok_s_overlap = 1 / (t_max + p->t_latency_s);
+    p->bound = p->t_latency_s > t_max     ? TDM_PROJ_BOUND_LATENCY
                : p->t_cpu_s >= p->t_gpu_s ? TDM_PROJ_BOUND_DRAM
                                           : TDM_PROJ_BOUND_VRAM;
 }
@@ -537,27 +535,21 @@ tdm_status tdm_proj_predict(const tdm_proj_model *m, const tdm_proj_hitcurve *h,
                       .d_gpu = (double)(m->attn_bytes + m->shexp_bytes + m->head_bytes) +
                                (double)m->kv_bytes_per_ctx * mc->decode_ctx +
                                2.0 * (double)m->state_bytes,
-                      .shexp = (double)m->shexp_bytes,
                       .bc = mc->efficiency * mc->dram_gbps * 1e9,
                       .bg = mc->vram_efficiency * mc->vram_gbps * 1e9,
                       .lat = mc->latency_us * 1e-6,
                       .n_moe = m->n_moe_layer,
                       .k = m->n_expert_used};
-    /* Every hit runs on the GPU (g = h), unless handing some hit experts back
-     * to the CPU (their weights are in host RAM too) is faster: the balanced
-     * share where both sides take equally long. t(g) is concave above that
-     * point and decreasing below it, so these two candidates hold the optimum;
-     * the choice keeps the projection monotone in the cache size. */
-    double hr = out->hit_rate;
-    double gb = (sp.bg * (sp.d_cpu + sp.A) - sp.bc * sp.d_gpu) / (sp.A * (sp.bc + sp.bg));
-    gb = gb < 0 ? 0 : gb > hr ? hr : gb;
-    tdm_proj_point all_hits = *out, balanced = *out;
-    eval_split(&sp, hr, &all_hits);
-    eval_split(&sp, gb, &balanced);
-    *out = balanced.tok_s > all_hits.tok_s ? balanced : all_hits;
+    /* Every hit runs on the GPU (g = h), unless the pool reads faster than the
+     * GPU: then every expert on the CPU (g = 0; their weights are in host RAM
+     * too) can be faster. t(g) is linear plus the concave hand-off term, so
+     * its minimum over [0, h] is at one of these ends; taking the better one
+     * keeps the projection monotone in the cache size. */
+    tdm_proj_point all_hits = *out, none = *out;
+    eval_split(&sp, out->hit_rate, &all_hits);
+    eval_split(&sp, 0, &none);
+    *out = none.tok_s > all_hits.tok_s ? none : all_hits;
     out->tok_s_hits_on_gpu = all_hits.tok_s;
-    if (out->gpu_share < hr && out->bound != TDM_PROJ_BOUND_LATENCY)
-        out->bound = TDM_PROJ_BOUND_BOTH;
     return TDM_OK;
 }
 
@@ -626,7 +618,7 @@ tdm_status tdm_proj_grid_run(const tdm_proj_model *m, const tdm_proj_hitcurve *h
 
 static const char *bound_short(tdm_proj_bound b)
 {
-    static const char *const s[] = {"cpu", "gpu", "lat", "nofit", "both"};
+    static const char *const s[] = {"cpu", "gpu", "lat", "nofit"};
     return s[b];
 }
 
@@ -673,8 +665,9 @@ void tdm_proj_grid_print(FILE *f, const tdm_proj_model *m, const tdm_proj_hitcur
         }
         fputc('\n', f);
     }
-    fprintf(f, "  (cell: tok/s and bound: cpu = CPU/DRAM, gpu = GPU/VRAM, lat = hand-off latency; "
-            "hit row: hit rate, share of experts cached)\n");
+    fprintf(f, "  (cell: tok/s = 1 / (t_gpu + t_cpu + hand-offs), the sides alternate per layer; and "
+            "its largest term: cpu = CPU/DRAM, gpu = GPU/VRAM, lat = hand-off latency; hit row: hit "
+            "rate, share of experts cached)\n");
 }
 
 static cJSON *model_json(const tdm_proj_model *m)
@@ -757,7 +750,7 @@ static cJSON *point_json(const tdm_proj_grid *g, const tdm_proj_dram *d, double 
     cJSON_AddNumberToObject(o, "t_gpu_ms", p->t_gpu_s * 1e3);
     cJSON_AddNumberToObject(o, "t_latency_ms", p->t_latency_s * 1e3);
     cJSON_AddNumberToObject(o, "tok_s", p->tok_s);
-    cJSON_AddNumberToObject(o, "tok_s_serial", p->tok_s_serial);
+    cJSON_AddNumberToObject(o, "tok_s_overlap", p->tok_s_overlap);
     cJSON_AddNumberToObject(o, "tok_s_hits_on_gpu", p->tok_s_hits_on_gpu);
     cJSON_AddStringToObject(o, "bound", tdm_proj_bound_name(p->bound));
     cJSON_AddNullToObject(o, "measured_tok_s"); /* filled by the validation run */

@@ -1,14 +1,21 @@
 /* projection: the decode-throughput model of DESIGN.md §5, as pure functions.
  *
  * Per decoded token the CPU pool reads the routed experts that miss the VRAM
- * cache from host RAM and the GPU reads everything else, in parallel, so
- *   t_token = max(cpu_bytes / (eff x B_dram), gpu_bytes / (eff_v x B_vram))
+ * cache from host RAM and the GPU reads everything else. The two do NOT run in
+ * parallel: per MoE layer the GPU computes attention / DeltaNet and the router
+ * and publishes the selection, the pool computes the misses while the GPU has
+ * only the (small) hits to do, and the next layer needs the merged output. So
+ * per token the two sides alternate, and
+ *   t_token = gpu_bytes / (eff_v x B_vram) + cpu_bytes / (eff x B_dram)
  *             + n_handoff x latency,        tok/s = 1 / t_token.
+ * (Measured on an H200 with the hybrid executor, 15 pool threads: GPU step
+ * 10.5 ms/token of which 5.7 ms waiting for the pool, pool 5.8 ms; the earlier
+ * max() of the two terms overestimated decode by 35-50%.)
  * The inputs are (a) the byte accounting of a model (tdm_proj_model, from a
  * GGUF file or from a preset of known shapes and the Q4_K_M type mix), (b) a
  * machine (VRAM budget, bandwidths, latency), (c) a hit-rate curve h(cached
  * fraction) (a Zipf model, a tandem expert profile, or a cachesim table).
- * docs/PROJECTION.md documents every formula and default.
+ * docs/PROJECTION.md documents every formula, default and the measurement.
  *
  * Units: bytes; bandwidths in GB/s = 1e9 B/s (DRAM and VRAM are sold in
  * decimal units); VRAM sizes in GiB (cards are sold in binary units).
@@ -36,7 +43,12 @@
 /* Defaults (docs/PROJECTION.md says where each comes from). */
 #define TDM_PROJ_DEFAULT_EFFICIENCY 0.8       /* expert-pool GB/s / probe read GB/s */
 #define TDM_PROJ_DEFAULT_VRAM_GBPS 448.0      /* RTX 2070/3070/5060 Ti class */
-#define TDM_PROJ_DEFAULT_VRAM_EFFICIENCY 0.8  /* GEMV kernels vs peak VRAM bandwidth */
+/* GPU decode kernels vs peak VRAM bandwidth on a ~450 GB/s consumer card: an
+ * assumption, not a measurement (docs/PROJECTION.md §4): the H200 reached 0.106
+ * of its copy bandwidth, almost all of it a per-token fixed cost of small
+ * latency-bound kernels (~4 ms), which on a 448 GB/s card adds to ~4.4 ms of
+ * reading and gives ~0.5. */
+#define TDM_PROJ_DEFAULT_VRAM_EFFICIENCY 0.5
 #define TDM_PROJ_DEFAULT_LATENCY_US 10.0      /* GPU<->CPU hand-off per layer */
 #define TDM_PROJ_DEFAULT_ZIPF_S 0.5           /* routing skew when no curve is given */
 #define TDM_PROJ_DEFAULT_N_CTX 8192           /* context the KV reserve is sized for */
@@ -147,11 +159,10 @@ typedef enum tdm_proj_bound {
     TDM_PROJ_BOUND_DRAM = 0, /* CPU pool reading missed experts from host RAM */
     TDM_PROJ_BOUND_VRAM,     /* GPU reading weights from VRAM */
     TDM_PROJ_BOUND_LATENCY,  /* per-layer hand-offs dominate */
-    TDM_PROJ_BOUND_NOFIT,    /* non-expert weights + reserve exceed the budget */
-    TDM_PROJ_BOUND_BOTH      /* GPU would be slower with every hit: hits shared to balance */
+    TDM_PROJ_BOUND_NOFIT     /* non-expert weights + reserve exceed the budget */
 } tdm_proj_bound;
 
-/* "cpu-dram", "gpu-vram", "latency", "no-fit", "cpu+gpu" */
+/* "cpu-dram", "gpu-vram", "latency", "no-fit": the largest term of t_token */
 const char *tdm_proj_bound_name(tdm_proj_bound b);
 
 typedef struct tdm_proj_point {
@@ -159,15 +170,16 @@ typedef struct tdm_proj_point {
     int64_t slots;           /* cache slots: min(cache_bytes / slot_bytes, all experts) */
     double cached_fraction;  /* slots / all routed experts */
     double hit_rate;         /* h(cached_fraction) */
-    double gpu_share;        /* share of routed expert bytes the GPU runs: hit_rate, or less
-                              * when handing hits to the CPU balances a GPU-bound point */
+    double gpu_share;        /* share of routed expert bytes the GPU runs: hit_rate, or 0
+                              * when the pool reads faster than the GPU (every expert on it) */
     double cpu_bytes;        /* per token */
     double gpu_bytes;        /* per token: weights + KV at decode_ctx + DeltaNet state read+write */
     double handoffs;         /* expected layers per token with >= 1 miss: n_moe x (1 - h^k) */
     double t_cpu_s, t_gpu_s, t_latency_s;
-    double tok_s;            /* 1 / (max(t_cpu, t_gpu) + t_latency); 0 when no-fit */
-    double tok_s_serial;     /* attention and head not overlapped with the CPU (lower estimate) */
-    double tok_s_hits_on_gpu; /* tok_s with gpu_share = hit_rate (DESIGN.md §5 as written) */
+    double tok_s;            /* 1 / (t_cpu + t_gpu + t_latency); 0 when no-fit */
+    double tok_s_overlap;    /* 1 / (max(t_cpu, t_gpu) + t_latency): if the two sides overlapped
+                              * completely (the model before the H200 measurement; a ceiling) */
+    double tok_s_hits_on_gpu; /* tok_s with gpu_share = hit_rate (as the executor runs) */
     tdm_proj_bound bound;
 } tdm_proj_point;
 
@@ -219,6 +231,52 @@ char *tdm_proj_json(const tdm_proj_model *m, const tdm_proj_hitcurve *h, const t
 tdm_status tdm_proj_json_write(const char *path, const tdm_proj_model *m,
                                const tdm_proj_hitcurve *h, const tdm_proj_grid *g,
                                tdm_error *err);
+
+/* ---- re-validation: the inputs a `tandem bench --validate` JSON recorded ---- */
+#define TDM_PROJ_VAL_RUNS_MAX 256
+
+typedef struct tdm_proj_valrun {
+    int32_t threads, prompt_tokens, gen_tokens;
+    double gpu_mem_gib;       /* the VRAM budget */
+    char fill[16];            /* "layer", "profile", "adaptive" */
+    double dram_gbps;         /* B_dram at the run's thread count; 0 when null */
+    double decode_tok_s;      /* measured */
+    double hit_rate;          /* measured decode hit rate (shown, never an input) */
+    double cpu_ms, gpu_ms, wait_ms; /* measured per token: pool compute, GPU step, GPU waiting
+                                     * for the pool (shown, never an input; 0 when null) */
+    int64_t projected_slots;  /* as projected when the file was written; -1 when null */
+} tdm_proj_valrun;
+
+typedef struct tdm_proj_valfile {
+    char command[1024];                 /* the recorded command line */
+    char model_name[TDM_PROJ_NAME_MAX], model_path[512], arch[32];
+    uint64_t active_expert_bytes;       /* per token, the file's accounting */
+    uint64_t dense_bytes;               /* per token: tdm_proj_dense_bytes of the file */
+    double vram_gbps;                   /* B_vram (device copy GB/s) */
+    double vram_efficiency;             /* as recorded; 1 when absent (what --validate used) */
+    double efficiency;                  /* pool GB/s / B_dram at the largest thread count */
+    char efficiency_source[128];
+    double latency_us;
+    uint64_t reserve_bytes;
+    char hit_curve[256];                /* source of the profile/adaptive fills' curve ("" if none) */
+    int32_t n_runs;
+    tdm_proj_valrun runs[TDM_PROJ_VAL_RUNS_MAX];
+} tdm_proj_valfile;
+
+/* Reads a tandem-bench JSON of the hybrid path (`engine_path` "hybrid", with a
+ * `validation` object). TDM_ERR_IO for an unreadable file, TDM_ERR_FORMAT
+ * naming the field for anything else (a CPU-path file, a missing number, more
+ * than TDM_PROJ_VAL_RUNS_MAX runs). name is used in messages only. */
+tdm_status tdm_proj_valfile_parse(const char *text, const char *name, tdm_proj_valfile *out,
+                                  tdm_error *err);
+tdm_status tdm_proj_valfile_load(const char *path, tdm_proj_valfile *out, tdm_error *err);
+/* The accounting of the recorded model without its file: the preset named
+ * (NULL: the one with the recorded arch and active expert bytes), with the
+ * recorded non-expert bytes per token (the difference goes to attn_bytes);
+ * note (may be NULL) says what was taken from where. TDM_ERR_INVALID when no
+ * preset matches or the recorded bytes do not fit the preset. */
+tdm_status tdm_proj_valfile_model(const tdm_proj_valfile *v, const char *preset, tdm_proj_model *out,
+                                  char *note, size_t note_cap, tdm_error *err);
 
 /* ---- this host, measured with the bandwidth probe (cpu_experts/membw.h) ---- */
 typedef struct tdm_proj_host {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "projection.h"
+#include "projection_internal.h"
 
 
 tdm_status tdm_proj_hitcurve_zipf(double s, int32_t n_expert, tdm_proj_hitcurve *out,
@@ -359,9 +360,9 @@ tdm_status tdm_proj_hitcurve_parse(const char *text, const char *name, const cha
     return curve_from_csv(p, name, policy, m, out, err);
 }
 
-tdm_status tdm_proj_hitcurve_load(const char *path, const char *policy, const tdm_proj_model *m,
-                                  tdm_proj_hitcurve *out, tdm_error *err)
+tdm_status tdm_proj_read_text(const char *path, char **out, tdm_error *err)
 {
+    *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
         return tdm_error_set(err, TDM_ERR_IO, "%s: %s", path, strerror(errno));
@@ -378,9 +379,19 @@ tdm_status tdm_proj_hitcurve_load(const char *path, const char *policy, const td
                              "%s: cannot read (size %ld)", path, n);
     }
     fclose(f);
+    *out = buf;
+    return TDM_OK;
+}
+
+tdm_status tdm_proj_hitcurve_load(const char *path, const char *policy, const tdm_proj_model *m,
+                                  tdm_proj_hitcurve *out, tdm_error *err)
+{
+    char *buf;
+    tdm_status st = tdm_proj_read_text(path, &buf, err);
+    if (st)
+        return st;
     const char *base = strrchr(path, '/');
-    tdm_status st = tdm_proj_hitcurve_parse(buf, base ? base + 1 : path, policy, m, out, err);
+    st = tdm_proj_hitcurve_parse(buf, base ? base + 1 : path, policy, m, out, err);
     free(buf);
     return st;
 }
-

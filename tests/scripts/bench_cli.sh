@@ -26,7 +26,7 @@ a = doc["assumptions"]
 need(0 < a["efficiency"] <= 1.5 and a["vram_gbps"] > 0 and a["layer_latency_us"] >= 0, "assumptions")
 drams, vrams, pts = doc["dram"], doc["vram_gib"], doc["points"]
 need(len(pts) == len(drams) * len(vrams), "points != dram x vram")
-bounds = {"cpu-dram", "gpu-vram", "latency", "no-fit", "cpu+gpu"}
+bounds = {"cpu-dram", "gpu-vram", "latency", "no-fit"}
 cell = {}
 for p in pts:
     need(p["bound"] in bounds, f"bound {p['bound']}")
@@ -34,7 +34,7 @@ for p in pts:
     need(0 <= p["hit_rate"] <= 1 and 0 <= p["cached_fraction"] <= 1, "hit/cached out of range")
     need(p["fits"] == (p["bound"] != "no-fit"), "fits vs bound")
     need((p["tok_s"] > 0) == p["fits"], "tok_s > 0 exactly when it fits")
-    need(p["tok_s_serial"] <= p["tok_s"] * (1 + 1e-9), "serial estimate above the overlapped one")
+    need(p["tok_s"] <= p["tok_s_overlap"] * (1 + 1e-9), "serial projection above the overlapped ceiling")
     need(0 < p["efficiency"] <= 1.5, "efficiency")
     # rows compare by the bandwidth the pool sustains
     cell[(p["dram_gbps"] * p["efficiency"], p["vram_gib"])] = p["tok_s"]
@@ -95,7 +95,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 for p in d["points"]:
     if p["vram_gib"] == 24:
-        p["tok_s"] *= 0.5; p["tok_s_serial"] *= 0.5
+        p["tok_s"] *= 0.5; p["tok_s_overlap"] *= 0.5
 json.dump(d, open(sys.argv[2], "w"))
 PY
 if validate "$tmp/bad.json" 2>/dev/null; then fail "validator accepted a grid where more VRAM is slower"; fi
@@ -184,6 +184,27 @@ PATH="$tmp/bin" "$BUILD/tandem" bench -m models/demo/demo-Q4_K_M.gguf --device c
 grep -q "no plot" "$tmp/err" || fail "--plot without gnuplot: no warning"
 PATH="$tmp/bin" bash bench/plot.sh "$tmp/noplot.json" > /dev/null 2>&1
 [ $? -eq 3 ] || fail "plot.sh without gnuplot: want exit 3"
+
+# 5d. --revalidate: the H200 validation file projected again offline (no GPU, no model file:
+# the preset with the recorded accounting), and its refusals
+"$BUILD/tandem" bench --revalidate bench/results/hybrid-h200-c-validate.json --vram-efficiency 0.106 \
+    > "$tmp/reval.txt" 2> "$tmp/err" || fail "--revalidate: $(cat "$tmp/err")"
+grep -q "preset qwen35-35b-a3b" "$tmp/reval.txt" || fail "--revalidate: the model source not said"
+grep -q "x 0.106" "$tmp/reval.txt" || fail "--revalidate: --vram-efficiency not applied"
+[ "$(grep -cE '^ +12\.0 layer +(2|4|8|15) +512 ' "$tmp/reval.txt")" -eq 4 ] || fail "--revalidate: want 4 rows"
+! grep -q "slots here" "$tmp/reval.txt" || fail "--revalidate: slots differ from the recorded projection"
+"$BUILD/tandem" bench --revalidate "$tmp/nonexistent.json" > /dev/null 2> "$tmp/err"
+[ $? -eq 1 ] || fail "--revalidate of a missing file: want exit 1"
+grep -q "nonexistent.json" "$tmp/err" || fail "--revalidate of a missing file: message lacks the name"
+"$BUILD/tandem" bench --revalidate "$tmp/run.json" > /dev/null 2> "$tmp/err"
+[ $? -eq 1 ] || fail "--revalidate of a CPU-path JSON: want exit 1"
+grep -q "engine_path 'cpu'" "$tmp/err" || fail "--revalidate of a CPU-path JSON: $(cat "$tmp/err")"
+"$BUILD/tandem" bench --revalidate "$tmp/qwen35-35b-a3b.json" > /dev/null 2> "$tmp/err"
+[ $? -eq 1 ] || fail "--revalidate of a projection JSON: want exit 1"
+grep -q "not a tandem-bench JSON" "$tmp/err" || fail "--revalidate of a projection JSON: $(cat "$tmp/err")"
+"$BUILD/tandem" bench --revalidate bench/results/hybrid-h200-c-validate.json --preset nope > /dev/null 2> "$tmp/err"
+[ $? -eq 1 ] || fail "--revalidate --preset nope: want exit 1"
+usage "bad value for --vram-efficiency" --revalidate x.json --vram-efficiency 2
 
 # 6. plots
 # gnuplot is a dependency (tools/install-deps.sh): the PNG plots are part of `tandem bench`.

@@ -1,7 +1,8 @@
 /* test_projection: the byte accounting against hand-computed sizes of the
  * fixture files (from their configs and the type table, not from the reader),
  * the Q4_K_M preset generator against the real demo file, hit curves, the
- * throughput arithmetic on hand-computed cases, and the JSON format. */
+ * throughput arithmetic (the serial model) on hand-computed cases, the JSON
+ * format and the reader of recorded validation runs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 #include <math.h>
+#include <unistd.h>
 
 #include "gguf.h"
 #include "gguf_writer.h"
@@ -420,14 +422,15 @@ static void test_predict_cases(void **state)
     assert_float_equal(p.gpu_bytes, 0.6e9, 1);
     assert_float_equal(p.t_cpu_s, 0.9e9 / 40e9, 1e-12);  /* 22.5 ms */
     assert_float_equal(p.t_gpu_s, 0.6e9 / 500e9, 1e-12); /* 1.2 ms */
-    assert_float_equal(p.tok_s, 40e9 / 0.9e9, 1e-9);
+    /* serial: the sides alternate, 22.5 + 1.2 ms */
+    assert_float_equal(p.tok_s, 1 / 0.0237, 1e-9);
+    assert_float_equal(p.tok_s_hits_on_gpu, p.tok_s, 0);
+    assert_float_equal(p.tok_s_overlap, 40e9 / 0.9e9, 1e-9); /* max(22.5, 1.2) ms */
     assert_int_equal(p.bound, TDM_PROJ_BOUND_DRAM);
     assert_string_equal(tdm_proj_bound_name(p.bound), "cpu-dram");
-    /* serial: 0.5 GB first, then max(CPU 22.5 ms, GPU hits 0.1 GB) */
-    assert_float_equal(p.tok_s_serial, 1 / (0.5e9 / 500e9 + 0.9e9 / 40e9), 1e-9);
 
     /* KV read at the decode context and the recurrent state read + written:
-     * 1 kB x 100000 tokens + 2 x 50 MB = 0.2 GB more on the GPU side */
+     * 1 kB x 100000 tokens + 2 x 50 MB = 0.2 GB more on the GPU side: 1.6 ms */
     tdm_proj_model mk = m;
     mk.kv_bytes_per_ctx = 1000;
     mk.state_bytes = 50000000;
@@ -435,22 +438,34 @@ static void test_predict_cases(void **state)
     mck.decode_ctx = 100000;
     assert_int_equal(tdm_proj_predict(&mk, &h, &mck, &p, &err), TDM_OK);
     assert_float_equal(p.gpu_bytes, 0.8e9, 1);
-    assert_float_equal(p.tok_s_serial, 1 / (0.7e9 / 500e9 + 0.9e9 / 40e9), 1e-9);
+    assert_float_equal(p.tok_s, 1 / (0.0225 + 0.0016), 1e-9);
     mck.decode_ctx = -1;
     assert_int_equal(tdm_proj_predict(&mk, &h, &mck, &p, &err), TDM_ERR_INVALID);
 
-    /* hand-off latency: 10 layers x (1 - 0.1^4) x 50 us */
+    /* hand-off latency: 10 layers x (1 - 0.1^4) x 50 us on top of both sides */
     mc.latency_us = 50;
     assert_int_equal(tdm_proj_predict(&m, &h, &mc, &p, &err), TDM_OK);
     assert_float_equal(p.handoffs, 10 * (1 - 1e-4), 1e-12);
-    assert_float_equal(p.tok_s, 1 / (0.0225 + 10 * (1 - 1e-4) * 50e-6), 1e-9);
-    mc.latency_us = 5000; /* 50 ms of hand-offs dominate */
+    assert_float_equal(p.tok_s, 1 / (0.0225 + 0.0012 + 10 * (1 - 1e-4) * 50e-6), 1e-9);
+    assert_float_equal(p.tok_s_overlap, 1 / (0.0225 + 10 * (1 - 1e-4) * 50e-6), 1e-9);
+    mc.latency_us = 5000; /* 50 ms of hand-offs: the largest term */
     assert_int_equal(tdm_proj_predict(&m, &h, &mc, &p, &err), TDM_OK);
     assert_int_equal(p.bound, TDM_PROJ_BOUND_LATENCY);
 
-    /* everything cached, slow GPU (10 GB/s): all hits on the GPU take 150 ms,
-     * giving all experts back to the CPU (25 ms) leaves the GPU 50 ms: 20 tok/s */
+    /* GPU-bound: VRAM 50 GB/s, 50% cached: GPU 1 GB = 20 ms > CPU 0.5 GB =
+     * 12.5 ms; every expert on the CPU would be 25 + 10 ms, so the hits stay */
     mc.latency_us = 0;
+    mc.vram_gbps = 50;
+    mc.vram_bytes = 13500000000;
+    assert_int_equal(tdm_proj_predict(&m, &h, &mc, &p, &err), TDM_OK);
+    assert_float_equal(p.tok_s, 1 / (0.0125 + 0.020), 1e-9);
+    assert_float_equal(p.gpu_share, 0.5, 1e-12);
+    assert_int_equal(p.bound, TDM_PROJ_BOUND_VRAM);
+    assert_string_equal(tdm_proj_bound_name(p.bound), "gpu-vram");
+
+    /* everything cached, GPU slower than the pool (10 vs 40 GB/s): all hits on
+     * the GPU take 150 ms, every expert on the CPU 25 ms + the GPU's 0.5 GB
+     * 50 ms = 75 ms: g = 0, still GPU-bound (its 50 ms is the larger term) */
     mc.vram_gbps = 10;
     mc.vram_bytes = 40000000000;
     assert_int_equal(tdm_proj_predict(&m, &h, &mc, &p, &err), TDM_OK);
@@ -458,22 +473,22 @@ static void test_predict_cases(void **state)
     assert_float_equal(p.hit_rate, 1, 0);
     assert_float_equal(p.tok_s_hits_on_gpu, 1 / 0.15, 1e-9);
     assert_float_equal(p.gpu_share, 0, 0);
-    assert_float_equal(p.tok_s, 20, 1e-9);
-    assert_int_equal(p.bound, TDM_PROJ_BOUND_BOTH);
-    /* balanced interior point: VRAM 100 GB/s -> g = (100 x 1 - 40 x 0.5) / (1 x 140) */
+    assert_float_equal(p.handoffs, 10, 0);
+    assert_float_equal(p.tok_s, 1 / 0.075, 1e-9);
+    assert_int_equal(p.bound, TDM_PROJ_BOUND_VRAM);
+    /* VRAM 100 GB/s: all hits 15 ms against 25 + 5 ms on the CPU */
     mc.vram_gbps = 100;
     assert_int_equal(tdm_proj_predict(&m, &h, &mc, &p, &err), TDM_OK);
-    assert_float_equal(p.gpu_share, 80.0 / 140, 1e-12);
-    assert_float_equal(p.t_cpu_s, p.t_gpu_s, 1e-12);
-    assert_float_equal(p.tok_s, 40e9 / (1e9 * (1 - 80.0 / 140)), 1e-6);
-    /* fast GPU, all cached: balancing would save 0.05 ms of 1.5 but cost 2.1
-     * hand-offs of 50 us, so every hit stays on the GPU: VRAM-bound */
+    assert_float_equal(p.gpu_share, 1, 0);
+    assert_float_equal(p.tok_s, 1 / 0.015, 1e-9);
+    /* fast GPU, all cached, 50 us hand-offs: nothing on the CPU, no hand-off */
     mc.vram_gbps = 1000;
     mc.latency_us = 50;
     assert_int_equal(tdm_proj_predict(&m, &h, &mc, &p, &err), TDM_OK);
     assert_float_equal(p.tok_s, 1000e9 / 1.5e9, 1e-6);
     assert_int_equal(p.bound, TDM_PROJ_BOUND_VRAM);
     assert_float_equal(p.cpu_bytes, 0, 0);
+    assert_float_equal(p.handoffs, 0, 0);
 
     /* does not fit: 0.5 GB weights + 0.5 GB reserve > 0.9 GB */
     mc.vram_bytes = 900000000;
@@ -599,6 +614,118 @@ static void test_json(void **state)
     assert_int_equal(tdm_proj_grid_run(&m, &h, &g, &err), TDM_ERR_INVALID);
 }
 
+/* ---- re-validation: reading back a hybrid tandem-bench JSON ---- */
+
+static const char VALFILE[] =
+    "{\"format\": \"tandem-bench\", \"version\": 2, \"command\": \"tandem bench --validate\",\n"
+    " \"model\": {\"name\": \"q.gguf\", \"path\": \"/nonexistent/q.gguf\", \"arch\": \"qwen35moe\",\n"
+    "  \"active_expert_bytes_per_token\": 609484800, \"dense_bytes_per_token\": 1366192744},\n"
+    " \"engine_path\": \"hybrid\",\n"
+    " \"runs\": [{\"threads\": 4, \"prompt_tokens\": 512, \"gen_tokens\": 64, \"decode_tok_s\": 40,\n"
+    "   \"gpu_mem_gib\": 12, \"fill\": \"layer\", \"hit_rate\": 0.5, \"dram_gbps\": 35.5,\n"
+    "   \"cpu_ms_per_token\": 16, \"gpu_ms_per_token\": 20.5, \"wait_ms_per_token\": 15.5,\n"
+    "   \"projected_slots\": 5337},\n"
+    "  {\"threads\": 2, \"prompt_tokens\": 8, \"gen_tokens\": 2, \"decode_tok_s\": 3,\n"
+    "   \"gpu_mem_gib\": 8, \"fill\": \"profile\", \"hit_rate\": 0.25, \"dram_gbps\": null,\n"
+    "   \"projected_slots\": null}],\n"
+    " \"validation\": {\"efficiency\": 0.6, \"efficiency_source\": \"pool\", \"vram_gbps\": 4000,\n"
+    "  \"latency_us\": 10, \"reserve_bytes\": 618610688, \"hit_curve\": \"zipf s=0.50\"}}\n";
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* VALFILE with the first occurrence of from replaced by to. */
+static void edited(const char *from, const char *to, char *out, size_t cap)
+{
+    const char *at = strstr(VALFILE, from);
+    assert_non_null(at);
+    snprintf(out, cap, "%.*s%s%s", (int)(at - VALFILE), VALFILE, to, at + strlen(from));
+}
+
+static void test_valfile(void **state)
+{
+    (void)state;
+    static tdm_proj_valfile v;
+    tdm_error err = {0};
+    char path[] = "/tmp/test_projection_valXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_text(path, VALFILE);
+    assert_int_equal(tdm_proj_valfile_load(path, &v, &err), TDM_OK);
+    assert_string_equal(v.command, "tandem bench --validate");
+    assert_string_equal(v.arch, "qwen35moe");
+    assert_string_equal(v.model_path, "/nonexistent/q.gguf");
+    assert_int_equal(v.active_expert_bytes, 609484800);
+    assert_int_equal(v.dense_bytes, 1366192744);
+    assert_float_equal(v.vram_gbps, 4000, 0);
+    assert_float_equal(v.vram_efficiency, 1, 0); /* absent: what --validate used */
+    assert_float_equal(v.efficiency, 0.6, 0);
+    assert_float_equal(v.latency_us, 10, 0);
+    assert_int_equal(v.reserve_bytes, 618610688);
+    assert_string_equal(v.hit_curve, "zipf s=0.50");
+    assert_int_equal(v.n_runs, 2);
+    const tdm_proj_valrun *r = &v.runs[0];
+    assert_int_equal(r->threads, 4);
+    assert_int_equal(r->prompt_tokens, 512);
+    assert_int_equal(r->gen_tokens, 64);
+    assert_string_equal(r->fill, "layer");
+    assert_float_equal(r->gpu_mem_gib, 12, 0);
+    assert_float_equal(r->dram_gbps, 35.5, 0);
+    assert_float_equal(r->decode_tok_s, 40, 0);
+    assert_float_equal(r->hit_rate, 0.5, 0);
+    assert_float_equal(r->gpu_ms - r->wait_ms, 5, 1e-12);
+    assert_int_equal(r->projected_slots, 5337);
+    assert_string_equal(v.runs[1].fill, "profile");
+    assert_float_equal(v.runs[1].dram_gbps, 0, 0); /* null: no B_dram */
+    assert_int_equal(v.runs[1].projected_slots, -1);
+    assert_float_equal(v.runs[1].cpu_ms, 0, 0);
+
+    /* the model without its file: the preset with the recorded arch and A,
+     * the recorded non-expert bytes (1000 more than the preset's) */
+    tdm_proj_model m, pre;
+    char note[512];
+    assert_int_equal(tdm_proj_valfile_model(&v, NULL, &m, note, sizeof note, &err), TDM_OK);
+    assert_int_equal(tdm_proj_model_preset("qwen35-35b-a3b", &pre, &err), TDM_OK);
+    assert_string_equal(m.name, "qwen35-35b-a3b");
+    assert_int_equal(m.attn_bytes, pre.attn_bytes + 1000);
+    assert_int_equal(tdm_proj_dense_bytes(&m), v.dense_bytes);
+    assert_int_equal(m.slot_bytes, pre.slot_bytes);
+    assert_int_equal(tdm_proj_reserve_bytes(&m, 576), v.reserve_bytes); /* 512 + 64 positions */
+    assert_non_null(strstr(note, "+1000"));
+    v.active_expert_bytes++;
+    assert_int_equal(tdm_proj_valfile_model(&v, NULL, &m, NULL, 0, &err), TDM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "--preset"));
+    assert_int_equal(tdm_proj_valfile_model(&v, "qwen35-35b-a3b", &m, NULL, 0, &err), TDM_OK);
+    v.dense_bytes = 1;
+    assert_int_equal(tdm_proj_valfile_model(&v, "qwen35-35b-a3b", &m, NULL, 0, &err), TDM_ERR_INVALID);
+
+    /* refusals, each naming the problem */
+    static char text[sizeof VALFILE + 64];
+    edited("\"hybrid\"", "\"cpu\"", text, sizeof text);
+    assert_int_equal(tdm_proj_valfile_parse(text, "x.json", &v, &err), TDM_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "engine_path 'cpu'"));
+    edited("\"efficiency\": 0.6", "\"eff\": 0.6", text, sizeof text);
+    assert_int_equal(tdm_proj_valfile_parse(text, "x.json", &v, &err), TDM_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "validation.efficiency"));
+    edited("\"threads\": 2", "\"threads\": null", text, sizeof text);
+    assert_int_equal(tdm_proj_valfile_parse(text, "x.json", &v, &err), TDM_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "runs[1].threads"));
+    edited("\"profile\"", "\"bogus\"", text, sizeof text);
+    assert_int_equal(tdm_proj_valfile_parse(text, "x.json", &v, &err), TDM_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "bogus"));
+    edited("tandem-bench", "tandem-projection", text, sizeof text);
+    assert_int_equal(tdm_proj_valfile_parse(text, "x.json", &v, &err), TDM_ERR_FORMAT);
+    assert_int_equal(tdm_proj_valfile_parse("{", "x.json", &v, &err), TDM_ERR_FORMAT);
+    remove(path);
+    assert_int_equal(tdm_proj_valfile_load(path, &v, &err), TDM_ERR_IO);
+}
+
 int main(void)
 {
     const char *env = getenv("TDM_ROOT");
@@ -609,7 +736,7 @@ int main(void)
         cmocka_unit_test(test_presets),       cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_zipf),          cmocka_unit_test(test_curve_files),
         cmocka_unit_test(test_predict_cases), cmocka_unit_test(test_monotone),
-        cmocka_unit_test(test_json),
+        cmocka_unit_test(test_json),          cmocka_unit_test(test_valfile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
