@@ -16,6 +16,7 @@
 #include "kernels.h"
 #include "model.h"
 #include "session.h"
+#include "bench_json.h"
 
 static double now(void)
 {
@@ -168,14 +169,5 @@ int main(int argc, char **argv)
     mkdir("bench/results", 0755);
     char path[512];
     snprintf(path, sizeof path, "bench/results/cpu_decode-%s.json", host);
-    char *txt = cJSON_Print(root);
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(txt, f) < 0 || fclose(f)) {
-        fprintf(stderr, "cannot write %s\n", path);
-        return 1;
-    }
-    printf("wrote %s\n", path);
-    free(txt);
-    cJSON_Delete(root);
-    return 0;
+    return bench_write_json(root, path);
 }

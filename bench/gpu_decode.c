@@ -28,6 +28,7 @@
 #include "gpu.h"
 #include "model.h"
 #include "bench_check.h"
+#include "bench_json.h"
 
 static tdm_error err;
 
@@ -226,20 +227,9 @@ int main(int argc, char **argv)
     }
     cJSON_AddItemToObject(root, "passes", rows);
 
-    char *js = cJSON_Print(root);
-    FILE *fo = fopen(out, "w");
-    if (fo) {
-        fputs(js, fo);
-        fputc('\n', fo);
-        fclose(fo);
-        printf("wrote %s\n", out);
-    } else {
-        fprintf(stderr, "gpu_decode: cannot write %s\n", out);
-    }
-    free(js);
-    cJSON_Delete(root);
+    const int rc = bench_write_json(root, out);
     free(tok), free(logits);
     tdm_forward_gpu_free(f);
     tdm_model_free(m);
-    return 0;
+    return rc;
 }

@@ -19,6 +19,7 @@
 #include "qrand.h"
 #include "quant.h"
 #include "bench_check.h"
+#include "bench_json.h"
 
 static tdm_gpu *g;
 static tdm_error err;
@@ -343,17 +344,7 @@ int main(int argc, char **argv)
     cJSON_AddItemToObject(root, "deltanet_qwen35", bench_deltanet(table, &tl, sizeof table));
     printf("\n%s", table);
     printf("copy ceiling %.0f GB/s\n", copy_gbs);
-    char *js = cJSON_Print(root);
-    FILE *f = fopen(out, "w");
-    if (f) {
-        fputs(js, f);
-        fclose(f);
-        printf("wrote %s\n", out);
-    } else {
-        fprintf(stderr, "cannot write %s\n", out);
-    }
-    free(js);
-    cJSON_Delete(root);
+    const int rc = bench_write_json(root, out);
     tdm_gpu_free(g);
-    return 0;
+    return rc;
 }

@@ -18,6 +18,7 @@
 #include "gpu.h"
 #include "qrand.h"
 #include "quant.h"
+#include "bench_json.h"
 
 static tdm_gpu *g;
 static tdm_error err;
@@ -206,17 +207,7 @@ int main(int argc, char **argv)
         tdm_gpu_release(g, c.h), tdm_gpu_release(g, c.y), tdm_gpu_release(g, c.scratch);
     }
     cJSON_AddItemToObject(root, "layers", rows);
-    char *js = cJSON_Print(root);
-    FILE *f = fopen(out, "w");
-    if (f) {
-        fputs(js, f);
-        fclose(f);
-        printf("wrote %s\n", out);
-    } else {
-        fprintf(stderr, "cannot write %s\n", out);
-    }
-    free(js);
-    cJSON_Delete(root);
+    const int rc = bench_write_json(root, out);
     tdm_gpu_free(g);
-    return 0;
+    return rc;
 }

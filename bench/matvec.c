@@ -19,6 +19,7 @@
 
 #include "kernels.h"
 #include "membw.h"
+#include "bench_json.h"
 
 typedef struct shape {
     const char *name;
@@ -143,17 +144,5 @@ int main(int argc, char **argv)
         }
         cJSON_AddItemToArray(arr, row);
     }
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    FILE *f = fopen(out, "w");
-    if (!f || fputs(text, f) < 0) {
-        fprintf(stderr, "matvec: cannot write %s\n", out);
-        rc = 1;
-    } else {
-        printf("wrote %s\n", out);
-    }
-    if (f)
-        fclose(f);
-    free(text);
-    return rc;
+    return bench_write_json(root, out) ? 1 : rc;
 }

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "sampler.h"
+#include "bench_json.h"
 
 #define N_VOCAB 248320
 
@@ -96,16 +97,7 @@ int main(int argc, char **argv)
         cJSON_AddNumberToObject(o, "flat_ms_per_token", ms[1]);
         cJSON_AddItemToArray(arr, o);
     }
-    char *txt = cJSON_Print(root);
-    FILE *f = fopen(out, "w");
-    if (!f || fputs(txt, f) < 0 || fclose(f)) {
-        fprintf(stderr, "sampler: cannot write %s\n", out);
-        return 1;
-    }
-    printf("wrote %s\n", out);
-    free(txt);
-    cJSON_Delete(root);
     free(peaked);
     free(flat);
-    return 0;
+    return bench_write_json(root, out);
 }

@@ -18,6 +18,7 @@
 #include "gguf.h"
 #include "gguf_writer.h"
 #include "tokenizer.h"
+#include "bench_json.h"
 
 /* Thread CPU time: the machine may be shared, and every case runs on one core. */
 static double now(void)
@@ -310,15 +311,6 @@ int main(int argc, char **argv)
         cJSON_AddNumberToObject(o, "tokens", r->tokens);
         cJSON_AddItemToArray(arr, o);
     }
-    char *s = cJSON_Print(root_j);
-    FILE *f = fopen(out, "w");
-    if (!f || fputs(s, f) < 0 || fclose(f)) {
-        fprintf(stderr, "bench tokenize: cannot write %s\n", out);
-        return 1;
-    }
-    printf("wrote %s\n", out);
-    free(s);
-    cJSON_Delete(root_j);
     free(text);
-    return 0;
+    return bench_write_json(root_j, out);
 }

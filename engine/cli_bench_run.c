@@ -17,6 +17,7 @@
 #include "session.h"
 #include "tokenizer.h"
 #include "topology.h"
+#include "sampler.h"
 
 /* Original text for the prompts, repeated to the length asked for. */
 static const char BENCH_TEXT[] =
@@ -63,15 +64,6 @@ static tdm_status make_prompt(const tdm_tokenizer *tk, int32_t n_vocab, int32_t 
     return st == TDM_ERR_OOM ? st : TDM_OK;
 }
 
-static int32_t argmax(const float *x, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 /* after - before of the cumulative counters; the sizes are after's. */
 static tdm_executor_stats stats_delta(const tdm_executor_stats *after, const tdm_executor_stats *before)
 {
@@ -104,11 +96,11 @@ static tdm_status run_one(tdm_session *s, tdm_executor *ex, int32_t n_vocab, con
     tdm_executor_stats before = {0}, after = {0};
     if (ex)
         tdm_executor_get_stats(ex, &before);
-    int32_t tok = argmax(tdm_session_logits(s), n_vocab);
+    int32_t tok = tdm_sampler_argmax(tdm_session_logits(s), n_vocab);
     for (r->decoded = 0; r->decoded < gen; r->decoded++) {
         if ((st = tdm_session_eval(s, &tok, 1, NULL, err)))
             return st;
-        tok = argmax(tdm_session_logits(s), n_vocab);
+        tok = tdm_sampler_argmax(tdm_session_logits(s), n_vocab);
     }
     r->decode_s = now_s() - t1;
     r->prompt_s = t1 - t0;

@@ -4,20 +4,12 @@
 
 #include "cli.h"
 #include "cli_gen.h"
+#include "sampler.h"
 
 const char tdm_cli_generate_ids_help[] =
     "greedy-decode token ids (prompt eval, then one token at a time), printed as a JSON array\n"
     "usage: tandem generate-ids [-m MODEL] --tokens 1,2,3 [-n 24] [--threads N] [--device auto|cpu|cuda]\n"
     "  prints exactly N ids (end-of-generation tokens do not stop it)";
-
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
 
 int tdm_cli_generate_ids(int argc, char **argv)
 {
@@ -52,7 +44,7 @@ int tdm_cli_generate_ids(int argc, char **argv)
     }
     printf("[");
     for (int i = 0; i < o.n_predict; i++) {
-        int32_t t = argmax(tdm_session_logits(c.sess), V);
+        int32_t t = tdm_sampler_argmax(tdm_session_logits(c.sess), V);
         printf("%s%d", i ? ", " : "", t);
         if (i + 1 < o.n_predict && tdm_session_eval(c.sess, &t, 1, NULL, &err)) {
             fprintf(stderr, "\ntandem generate-ids: %s\n", err.msg);

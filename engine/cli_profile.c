@@ -17,6 +17,7 @@
 #include "routing.h"
 #include "session.h"
 #include "tokenizer.h"
+#include "sampler.h"
 
 const char tdm_cli_profile_help[] =
     "record which experts a text routes to and write an expert-usage profile\n"
@@ -213,15 +214,6 @@ static tdm_status prompt_text(const tdm_chat_template *tmpl, const cJSON *o, cha
     return st;
 }
 
-static int32_t argmax(const float *x, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 static tdm_status run_prompt(prof_run *r, const char *prompt, int32_t gen, int32_t n_ctx,
                              tdm_error *err)
 {
@@ -240,7 +232,7 @@ static tdm_status run_prompt(prof_run *r, const char *prompt, int32_t gen, int32
     free(ids);
     int32_t n_vocab = tdm_model_hparams(r->model)->n_vocab;
     for (int32_t g = 0; g < gen && !st && tdm_session_n_past(r->sess) < n_ctx; g++) {
-        int32_t tok = argmax(tdm_session_logits(r->sess), n_vocab);
+        int32_t tok = tdm_sampler_argmax(tdm_session_logits(r->sess), n_vocab);
         if (tdm_tokenizer_is_eog(r->tk, tok))
             break;
         st = eval_recorded(r, &tok, 1, err);

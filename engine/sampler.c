@@ -330,6 +330,19 @@ static int32_t apply_top_p(tdm_sampler *s, int32_t *c, int32_t n, float top_p, f
     return k;
 }
 
+int32_t tdm_sampler_argmax(const float *logits, int32_t n)
+{
+    int32_t best = 0;
+    float bv = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        if (logits[i] > bv) {
+            bv = logits[i];
+            best = i;
+        }
+    }
+    return best;
+}
+
 int32_t tdm_sampler_sample(tdm_sampler *s, const float *logits)
 {
     const tdm_sampler_params *p = &s->p;
@@ -340,14 +353,7 @@ int32_t tdm_sampler_sample(tdm_sampler *s, const float *logits)
         w[i] = v == v ? v : -INFINITY;
     }
     apply_penalties(s);
-    int32_t best = 0;
-    float bv = w[0];
-    for (int32_t i = 1; i < n; i++) {
-        if (w[i] > bv) {
-            bv = w[i];
-            best = i;
-        }
-    }
+    const int32_t best = tdm_sampler_argmax(w, n);
     if (p->temperature <= 0 || !(w[best] > -INFINITY))
         return best;
     float lmax = w[best];

@@ -53,5 +53,9 @@ void tdm_sampler_accept(tdm_sampler *s, int32_t token);
 /* Returns the chosen id for logits[n_vocab] (does not accept it). NaN
  * logits count as -inf; if every logit is -inf/NaN, returns 0. */
 int32_t tdm_sampler_sample(tdm_sampler *s, const float *logits);
+/* Greedy choice over n logits: the largest, the lowest id on ties; NaN never
+ * wins (0 when nothing beats -inf). What tdm_sampler_sample does at
+ * temperature 0 without penalties. */
+int32_t tdm_sampler_argmax(const float *logits, int32_t n);
 
 #endif

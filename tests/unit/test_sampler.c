@@ -355,10 +355,23 @@ static void test_large_vocab_top_p(void **state)
     free(l);
 }
 
+/* The shared greedy pick: lowest id on ties, NaN never chosen. */
+static void test_argmax_rules(void **state)
+{
+    (void)state;
+    const float ties[5] = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f};
+    assert_int_equal(tdm_sampler_argmax(ties, 5), 1);
+    const float nan_first[4] = {NAN, -1.0f, NAN, -0.5f};
+    assert_int_equal(tdm_sampler_argmax(nan_first, 4), 3);
+    const float none[3] = {-INFINITY, NAN, -INFINITY};
+    assert_int_equal(tdm_sampler_argmax(none, 3), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_is_argmax), cmocka_unit_test(test_reproducible),
+        cmocka_unit_test(test_argmax_rules),
         cmocka_unit_test(test_penalties),        cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_chi_square),       cmocka_unit_test(test_large_vocab_top_p),
     };
