@@ -60,7 +60,6 @@ __global__ void __launch_bounds__(HANDOFF_THREADS)
     const uint32_t seq = h.state[TDM_GPU_HANDOFF_SEQ] + 1;
     h.state[TDM_GPU_HANDOFF_SEQ] = seq;
     h.state[TDM_GPU_HANDOFF_CUR] = seq;
-    h.state[TDM_GPU_HANDOFF_JOBS] += 1;
     *(volatile uint32_t *)h.dev_seq = seq;
     __threadfence_system();
 }

@@ -53,8 +53,7 @@ enum {
     TDM_GPU_HANDOFF_WAIT_LO = 2,  /* nanoseconds the merge waited for the pool (uint64, low word) */
     TDM_GPU_HANDOFF_WAIT_HI = 3,
     TDM_GPU_HANDOFF_TIMEOUTS = 4, /* merges that gave up waiting */
-    TDM_GPU_HANDOFF_JOBS = 5,     /* jobs published */
-    TDM_GPU_HANDOFF_ARRIVED = 6,  /* publish: blocks done (internal) */
+    TDM_GPU_HANDOFF_ARRIVED = 5,  /* publish: blocks done (internal) */
     TDM_GPU_HANDOFF_WORDS = 8
 };
 
