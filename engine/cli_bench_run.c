@@ -18,6 +18,7 @@
 #include "tokenizer.h"
 #include "topology.h"
 #include "sampler.h"
+#include "cli_gen.h"
 
 /* Original text for the prompts, repeated to the length asked for. */
 static const char BENCH_TEXT[] =
@@ -179,19 +180,18 @@ static tdm_status setup_cpu_bound(bench_ctx *c, tdm_error *err)
 
 /* ---- hybrid ---- */
 
-/* The session's executor parameters, as cli_gen's executor_params builds them. */
+/* The executor parameters of one grid point: cli_gen's construction (shared with run/serve). */
 static void hybrid_params(const bench_ctx *c, const bench_run *r, tdm_executor_params *p)
 {
-    tdm_executor_params_init(p);
-    p->n_slots = -1;
-    p->gpu_mem = (uint64_t)(r->gpu_mem_gib * (double)(1ull << 30));
-    p->n_ctx = c->n_ctx;
-    p->max_batch = TDM_FORWARD_BATCH_DEFAULT;
-    p->policy = FILL_POLICY[r->fill];
-    p->profile = r->fill == FILL_LAYER ? NULL : c->prof;
-    p->topo = c->topo;
-    p->n_threads = r->threads;
-    p->adapt_every = c->o->adapt_every;
+    cli_gen_opts go; /* the generation commands' construction, with this point's settings */
+    cli_gen_opts_init(&go);
+    go.gpu_mem = (uint64_t)(r->gpu_mem_gib * (double)(1ull << 30));
+    go.ctx = c->n_ctx;
+    go.threads = r->threads;
+    go.policy = FILL_POLICY[r->fill];
+    go.adapt_every = c->o->adapt_every;
+    const cli_gen_ctx gc = {.topo = c->topo, .prof = r->fill == FILL_LAYER ? NULL : c->prof};
+    cli_gen_executor_params(&go, &gc, p);
 }
 
 /* Before the workload: topology, profile and the device copy bandwidth. */
