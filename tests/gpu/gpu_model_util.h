@@ -40,4 +40,16 @@ static __attribute__((unused)) tdm_model *gm_demo(cJSON **peer_greedy)
     return gm_load(path);
 }
 
+/* small-qwen35moe Q4_K_M and its reference.json (caller frees both). */
+static __attribute__((unused)) tdm_model *gm_small_q4km(cJSON **ref, char *dir, size_t cap)
+{
+    char path[1400];
+    fx_dir(dir, cap, "small-qwen35moe", 0);
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    *ref = fx_json(path);
+    assert_non_null(*ref);
+    snprintf(path, sizeof path, "%s/small-qwen35moe-Q4_K_M.gguf", dir);
+    return gm_load(path);
+}
+
 #endif

@@ -195,13 +195,9 @@ static void test_small_q4km(void **state)
     (void)state;
     gm_need_gpu();
     static const char *prompts[] = {"short", "long", "chat"};
-    char dir[1024], path[1400];
-    fx_dir(dir, sizeof dir, "small-qwen35moe", 0);
-    snprintf(path, sizeof path, "%s/reference.json", dir);
-    cJSON *ref = fx_json(path);
-    assert_non_null(ref);
-    snprintf(path, sizeof path, "%s/small-qwen35moe-Q4_K_M.gguf", dir);
-    tdm_model *m = gm_load(path);
+    char dir[1024];
+    cJSON *ref = NULL;
+    tdm_model *m = gm_small_q4km(&ref, dir, sizeof dir);
     const int V = tdm_model_hparams(m)->n_vocab;
     int ran = 0;
     for (int p = 0; p < 3; p++) {

@@ -208,13 +208,9 @@ static void test_small_q4km(void **state)
 {
     (void)state;
     gm_need_gpu();
-    char dir[1024], path[1400];
-    fx_dir(dir, sizeof dir, "small-qwen35moe", 0);
-    snprintf(path, sizeof path, "%s/reference.json", dir);
-    cJSON *ref = fx_json(path);
-    assert_non_null(ref);
-    snprintf(path, sizeof path, "%s/small-qwen35moe-Q4_K_M.gguf", dir);
-    tdm_model *m = gm_load(path);
+    char dir[1024];
+    cJSON *ref = NULL;
+    tdm_model *m = gm_small_q4km(&ref, dir, sizeof dir);
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "prompts"), "long");
     int32_t tok[512];
     const int n = fx_ints(cJSON_GetObjectItem(p, "tokens"), tok, 512), np = n - 8;

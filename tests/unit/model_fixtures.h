@@ -156,6 +156,18 @@ static __attribute__((unused)) double fx_mean_kl(const float *p, const float *q,
     return total / rows;
 }
 
+/* The f32 file of a micro fixture (e.g. "micro-qwen3moe"), loaded. */
+static __attribute__((unused)) tdm_model *fx_load_micro_f32(const char *name)
+{
+    char d[1024], path[1200];
+    fx_dir(d, sizeof d, name, 0);
+    snprintf(path, sizeof path, "%s/%s-f32.gguf", d, name);
+    tdm_model *m = NULL;
+    tdm_error err = {0};
+    assert_int_equal(tdm_model_load(path, &m, &err), TDM_OK);
+    return m;
+}
+
 /* A micro fixture model: its folder, reference.json and the loaded model. */
 typedef struct fx_micro {
     char dir[1024];

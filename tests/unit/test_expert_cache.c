@@ -16,17 +16,6 @@
 #include "gguf.h"
 #include "model_fixtures.h"
 
-static tdm_model *load(const char *name)
-{
-    char d[1024], path[1200];
-    fx_dir(d, sizeof d, name, 0);
-    snprintf(path, sizeof path, "%s/%s-f32.gguf", d, name);
-    tdm_model *m;
-    tdm_error err = {0};
-    assert_int_equal(tdm_model_load(path, &m, &err), TDM_OK);
-    return m;
-}
-
 /* A device that forwards to the host one and counts what it is asked. */
 typedef struct counting { int allocs, frees, copies, syncs; } counting;
 static tdm_status c_alloc(void *ctx, size_t b, void **a, tdm_error *e)
@@ -78,7 +67,7 @@ static void test_fill_and_swaps(void **state)
 {
     (void)state;
     alarm(120);
-    tdm_model *m = load("micro-qwen3moe");
+    tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
     const tdm_hparams *hp = tdm_model_hparams(m);
     const tdm_layer *L0 = tdm_model_layer(m, 0);
     size_t want = L0->gate_exps.mat_bytes + L0->up_exps.mat_bytes + L0->down_exps.mat_bytes;
@@ -168,7 +157,7 @@ static void test_deferred_publish(void **state)
 {
     (void)state;
     alarm(120);
-    tdm_model *m = load("micro-qwen3moe");
+    tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
     const tdm_hparams *hp = tdm_model_hparams(m);
     counting cnt = {0};
     tdm_expert_device dev = {"async", &cnt, c_alloc, c_free, c_copy, c_sync, c_poll};
@@ -266,7 +255,7 @@ static void test_ledger_inputs(void **state)
     (void)state;
     const char *names[] = {"micro-qwen3moe", "micro-qwen3next", "micro-qwen35moe"};
     for (int i = 0; i < 3; i++) {
-        tdm_model *m = load(names[i]);
+        tdm_model *m = fx_load_micro_f32(names[i]);
         const tdm_hparams *hp = tdm_model_hparams(m);
         tdm_budget_inputs in;
         tdm_error err = {0};

@@ -32,17 +32,6 @@ static uint32_t rnd(void)
     return (uint32_t)(rng >> 11);
 }
 
-static tdm_model *load(const char *name)
-{
-    char d[1024], path[1200];
-    fx_dir(d, sizeof d, name, 0);
-    snprintf(path, sizeof path, "%s/%s-f32.gguf", d, name);
-    tdm_model *m;
-    tdm_error err = {0};
-    assert_int_equal(tdm_model_load(path, &m, &err), TDM_OK);
-    return m;
-}
-
 static tdm_experts_desc desc_of(const tdm_layer *L)
 {
     return (tdm_experts_desc){L->gate_exps.data, L->up_exps.data, L->down_exps.data, L->gate_exps.type,
@@ -54,7 +43,7 @@ static tdm_experts_desc desc_of(const tdm_layer *L)
 static void stress(const char *name, int threads, int n_jobs)
 {
     alarm(WATCHDOG_S);
-    tdm_model *m = load(name);
+    tdm_model *m = fx_load_micro_f32(name);
     const tdm_hparams *hp = tdm_model_hparams(m);
     const int32_t E = hp->n_expert, k = hp->n_expert_used, D = hp->n_embd, T = 4;
     tdm_topology *topo = NULL;
@@ -166,7 +155,7 @@ static void test_kick_after_idle(void **state)
 {
     (void)state;
     alarm(WATCHDOG_S);
-    tdm_model *m = load("micro-qwen3moe");
+    tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
     const tdm_hparams *hp = tdm_model_hparams(m);
     const int32_t k = hp->n_expert_used, D = hp->n_embd;
     tdm_error err = {0};
@@ -226,7 +215,7 @@ static void test_bad_jobs_and_sleep(void **state)
 {
     (void)state;
     alarm(WATCHDOG_S);
-    tdm_model *m = load("micro-qwen3moe");
+    tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
     const tdm_hparams *hp = tdm_model_hparams(m);
     tdm_error err = {0};
     tdm_pool_params pp = {.model = m, .n_threads = 1, .max_tok = 2};
