@@ -4,6 +4,7 @@
 #ifndef TDM_GPU_MODEL_UTIL_H
 #define TDM_GPU_MODEL_UTIL_H
 
+#include "forward_gpu.h"
 #include "gpu.h"
 #include "model.h"
 
@@ -17,6 +18,26 @@ static __attribute__((unused)) void gm_need_gpu(void)
 /* Under compute-sanitizer (tests/gpu/sanitizer.sh sets TDM_SANITIZER) the
  * model tests run fewer prompts: the kernels are the same, 10-100x slower. */
 static __attribute__((unused)) bool gm_sanitized(void) { return getenv("TDM_SANITIZER") != NULL; }
+
+/* racecheck crashes inside cuBLAS's GEMM kernels ("Internal Sanitizer Error",
+ * even with them excluded by name), and the broken context then fails every
+ * later test: under racecheck a forward takes the matvec path for every batch
+ * (our kernels only; memcheck and the plain run cover the GEMM path). */
+static __attribute__((unused)) void gm_race_safe(tdm_forward_gpu *f)
+{
+    const char *san = getenv("TDM_SANITIZER");
+    if (f && san && !strcmp(san, "racecheck"))
+        tdm_forward_gpu_set_matmul_min(f, 1 << 30);
+}
+
+/* TDM_TEST_FILTER=name runs only the matching tests (cmocka's pattern):
+ * tests/gpu/sanitizer.sh runs racecheck one test per process. */
+static __attribute__((unused)) void gm_filter(void)
+{
+    const char *f = getenv("TDM_TEST_FILTER");
+    if (f && *f)
+        cmocka_set_test_filter(f);
+}
 
 static __attribute__((unused)) tdm_model *gm_load(const char *path)
 {

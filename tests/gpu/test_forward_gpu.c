@@ -39,6 +39,7 @@ static tdm_forward_gpu *gpu_new(const tdm_model *m, int32_t n_ctx, int32_t batch
     if (st)
         fprintf(stderr, "forward_gpu_new: %s\n", err.msg);
     assert_int_equal(st, TDM_OK);
+    gm_race_safe(f);
     return f;
 }
 
@@ -334,7 +335,8 @@ static void test_demo_greedy(void **state)
     printf("demo: gpu argmax = cpu at %d/%d positions (%d near-ties), = llama.cpp at %d/%d\n", agree_cpu, total, ties,
            agree_peer, total);
     assert_true(total > 0);
-    assert_true(agree_peer >= 0.97 * total);
+    if (!gm_sanitized()) /* a rate over all the cases; the sanitizer runs one (its near-ties are checked above) */
+        assert_true(agree_peer >= 0.97 * total);
     tdm_model_free(m);
     cJSON_Delete(pg);
 }
@@ -390,5 +392,6 @@ int main(void)
         cmocka_unit_test(test_demo_greedy),
         cmocka_unit_test(test_session_cuda),
     };
+    gm_filter();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

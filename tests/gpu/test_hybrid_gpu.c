@@ -85,6 +85,7 @@ static tdm_forward_gpu *open_hybrid(const tdm_model *m, int n_ctx, const hyb_cas
     if (st)
         fprintf(stderr, "forward_gpu_new_hybrid: %s\n", err.msg);
     assert_int_equal(st, TDM_OK);
+    gm_race_safe(f);
     return f;
 }
 
@@ -102,6 +103,7 @@ static baseline make_baseline(const tdm_model *m, const int32_t *tok, int np, in
     tdm_error err = {0};
     tdm_forward_gpu *f = NULL;
     assert_int_equal(tdm_forward_gpu_new(m, 0, n + 1, 512, &f, &err), TDM_OK);
+    gm_race_safe(f);
     run_path(f, tok, np, n, b.gpu, V);
     tdm_forward_gpu_free(f);
     tdm_forward *fc = NULL;
@@ -285,6 +287,7 @@ static void test_budget(void **state)
     assert_int_equal(tdm_budget_plan(m, 256, 64, (uint64_t)64 << 30, &b, &err), TDM_OK);
     xp.gpu_mem = b.fixed_bytes + (b.fixed_bytes >> 2); /* the fixed part + 25%: real allocations decide the slots */
     tdm_status st = tdm_forward_gpu_new_hybrid(m, 0, 256, 64, &xp, &f, &err);
+    gm_race_safe(f);
     if (st)
         printf("  fixed + 25%%: %s\n", err.msg);
     assert_int_equal(st, TDM_OK);
@@ -310,5 +313,6 @@ int main(void)
         cmocka_unit_test(test_micro_qwen3next), cmocka_unit_test(test_small_q4km),
         cmocka_unit_test(test_demo),           cmocka_unit_test(test_budget),
     };
+    gm_filter();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
