@@ -103,7 +103,7 @@ static int synth(const char *tool, const char *out)
 int main(int argc, char **argv)
 {
     const char *model = NULL, *out = NULL, *synth_out = "/tmp/q35.gguf";
-    int gen = 128, do_synth = 0;
+    int gen = 128, do_synth = 0, decode_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-m") && v)
@@ -114,10 +114,12 @@ int main(int argc, char **argv)
             synth_out = v, i++;
         else if (!strcmp(a, "--gen") && v)
             gen = atoi(v), i++;
+        else if (!strcmp(a, "--decode-only")) /* no prompt passes, graphs only: for profilers */
+            decode_only = 1;
         else if (!strcmp(a, "--out") && v)
             out = v, i++;
         else {
-            fprintf(stderr, "usage: gpu_decode (-m MODEL | --synth) [--synth-out FILE] [--gen N] [--out FILE]\n");
+            fprintf(stderr, "usage: gpu_decode (-m MODEL | --synth) [--synth-out FILE] [--gen N] [--decode-only] [--out FILE]\n");
             return 2;
         }
     }
@@ -182,7 +184,7 @@ int main(int argc, char **argv)
 
     /* prompts: 512 and 4096 tokens from an empty state */
     const int32_t plen[2] = {512, 4096};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (decode_only ? 0 : 2); i++) {
         CHECK(tdm_forward_gpu_reset(f, &err));
         CHECK(tdm_forward_gpu_eval(f, tok, 8, 0, logits, false, &err)); /* warm-up */
         CHECK(tdm_forward_gpu_reset(f, &err));
@@ -200,7 +202,7 @@ int main(int argc, char **argv)
         cJSON_AddItemToArray(rows, r);
     }
     /* decode after a 512-token prompt, through CUDA graphs and eagerly */
-    for (int graphs = 1; graphs >= 0; graphs--) {
+    for (int graphs = 1; graphs >= decode_only; graphs--) {
         tdm_forward_gpu_set_graphs(f, graphs);
         CHECK(tdm_forward_gpu_reset(f, &err));
         CHECK(tdm_forward_gpu_eval(f, tok, 512, 0, logits, false, &err));

@@ -321,17 +321,20 @@ int main(int argc, char **argv)
         moe_ctx m = {{&tab, 0, TDM_Q_Q4_K, TDM_Q_Q4_K, TDM_Q_Q6_K, D, F, &sh}, x, dids, dw, dh, y,
                      (int)k, (int)n_sets};
         cJSON *mj = cJSON_CreateArray();
-        for (int split = 1; split <= 4; split += 3) {
-            tdm_gpu_tuning tu = {.moe_split = split};
+        static const int shapes[][2] = {{1, 16}, {1, 8}, {4, 16}, {4, 8}, {4, 4}, {4, 2}};
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int split = shapes[si][0], tile = shapes[si][1];
+            tdm_gpu_tuning tu = {.moe_split = split, .moe_tile = tile};
             CHECK(tdm_gpu_set_tuning(g, &tu, &err));
             float ms = time_median(moe_fn, &m, iters, 5);
             double bytes = (double)(k + 1) * slot, gbs = bytes / (ms * 1e-3) / 1e9;
             tl += snprintf(table + tl, sizeof table - tl,
-                           "fused MoE layer (Qwen3.5, k=8 + shared, Q4_K/Q6_K, split %d): %.1f us, "
+                           "fused MoE layer (Qwen3.5, k=8 + shared, Q4_K/Q6_K, split %d, tile %2d): %.1f us, "
                            "%.0f GB/s, %.0f%% of copy\n",
-                           split, ms * 1e3, gbs, 100 * gbs / copy_gbs);
+                           split, tile, ms * 1e3, gbs, 100 * gbs / copy_gbs);
             cJSON *r = cJSON_CreateObject();
             cJSON_AddNumberToObject(r, "moe_split", split);
+            cJSON_AddNumberToObject(r, "moe_tile", tile);
             cJSON_AddNumberToObject(r, "us", ms * 1e3);
             cJSON_AddNumberToObject(r, "gbs", gbs);
             cJSON_AddNumberToObject(r, "frac_of_copy", gbs / copy_gbs);

@@ -311,6 +311,8 @@ tdm_status tdm_budget_inputs_for(const tdm_model *m, int32_t n_ctx, int32_t max_
     out->scratch_bytes = (uint64_t)max_batch * 4u *
                          (uint64_t)(4 * (int64_t)hp->n_embd + 3 * wide + hp->n_expert + hp->n_vocab) +
                          2u * out->slot_bytes;
+    if (hp->n_attn_layers) /* attention split partials: at most 8 queries x 32 splits per head */
+        out->scratch_bytes += 8u * 32u * 4u * (uint64_t)hp->n_head * (uint64_t)(hp->head_dim + 2) + 4096u;
     int32_t n_moe = 0;
     for (int32_t il = 0; il < hp->n_layer; il++)
         n_moe += is_moe(tdm_model_layer(m, il));

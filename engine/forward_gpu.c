@@ -78,6 +78,8 @@ struct tdm_forward_gpu {
     void *mm_scratch;
     size_t mm_bytes;
     void *moe_scratch;         /* grouped MoE of prompt batches (tdm_gpu_moe_prefill), NULL: none */
+    void *attn_scratch;        /* attention split partials (tdm_gpu_attention), zeroed once */
+    size_t attn_bytes;
     size_t moe_bytes;
 
     /* host */
@@ -380,6 +382,9 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
     DA(mm_scratch, f->mm_bytes);
     DA(identity, (size_t)max64(hp->n_expert, 1) * 4);
     DA(zeros, B * 4); DA(ones, B * 4); DA(pos, B * 4);
+    f->attn_bytes = hp->n_attn_layers ? tdm_gpu_attention_scratch_bytes(f->g, hp->n_head, hp->head_dim, f->n_ctx) : 0;
+    if (f->attn_bytes)
+        DA(attn_scratch, f->attn_bytes);
     if (f->hybrid) {
         DA(slot_of, (size_t)hp->n_layer * (size_t)hp->n_expert * 4);
         DA(hstate, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t));
@@ -404,6 +409,8 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
     free(id);
     if (!st)
         st = tdm_gpu_memset(f->g, f->zeros, 0, B * 4, err);
+    if (!st && f->attn_bytes)
+        st = tdm_gpu_memset(f->g, f->attn_scratch, 0, f->attn_bytes, err);
     if (!st)
         st = tdm_gpu_fill_f32(f->g, f->ones, 1.0f, B, err);
     return st;
@@ -607,8 +614,8 @@ tdm_status tdm_forward_gpu_rec_load(tdm_forward_gpu *f, const float *src, tdm_er
 
 /* ---- products ---- */
 
-/* y[t] = (acc ? y[t] : 0) + W x[t] for n tokens: matvec in chunks of 8, or
- * the fp16 GEMM for long batches of non-F32 weights (acc through tmp). */
+/* y[t] = (acc ? y[t] : 0) + W x[t] for n tokens: one matvec launch, or the
+ * fp16 GEMM for long batches of non-F32 weights (acc through tmp). */
 static tdm_status proj(tdm_forward_gpu *f, const dweight *w, const float *x, int32_t n, float *y, bool acc,
                        tdm_error *err)
 {
@@ -623,14 +630,7 @@ static tdm_status proj(tdm_forward_gpu *f, const dweight *w, const float *x, int
             st = tdm_gpu_add_f32(f->g, y, f->tmp, (size_t)n * w->rows, err);
         return st;
     }
-    for (int32_t t0 = 0; t0 < n; t0 += MV_MAX) {
-        const int nt = n - t0 < MV_MAX ? n - t0 : MV_MAX;
-        tdm_status st = tdm_gpu_matvec(f->g, w->type, w->d, w->rows, w->cols, x + (size_t)t0 * w->cols, nt,
-                                       y + (size_t)t0 * w->rows, acc, err);
-        if (st)
-            return st;
-    }
-    return TDM_OK;
+    return tdm_gpu_matvec(f->g, w->type, w->d, w->rows, w->cols, x, n, y, acc, err);
 }
 
 /* ---- layers (forward.c's attention_layer / deltanet_layer / ffn_layer) ---- */
@@ -678,7 +678,7 @@ static tdm_status attention_layer(tdm_forward_gpu *f, const tdm_layer *L, const 
     TRY(tdm_gpu_kv_store(f->g, K, V, Hkv * hd, kc, vc, Hkv, hd, f->n_ctx, f->pos, n, err));
     const float scale = (float)(1.0 / sqrt((double)hd));
     TRY(tdm_gpu_attention(f->g, Q, kc, vc, hp->attn_gated ? f->gate : NULL, f->ao, n, H, Hkv, hd, f->n_ctx, f->pos,
-                          scale, err));
+                          scale, f->attn_scratch, f->attn_bytes, err));
     return proj(f, &gl->wo, f->ao, n, f->x, true, err);
 }
 

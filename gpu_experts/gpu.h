@@ -95,6 +95,8 @@ typedef struct tdm_gpu_tuning {
                         formats: rows of >= 32 units only) */
     int matvec_rows; /* rows per lane for 3-8 tokens: 1 or 2 */
     int moe_split;   /* fused MoE: warps sharing one output row: 1 or 4 */
+    int moe_tile;    /* fused MoE: output rows per block: 2, 4, 8 or 16 (at least
+                        8 / moe_split: raised to that) */
     int deltanet_chunk_min; /* DeltaNet: batches of at least this many tokens run
                                the chunked form (1 = always; 16 built in) */
 } tdm_gpu_tuning;
@@ -106,11 +108,14 @@ tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, tdm_error *er
  * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4. */
 bool tdm_gpu_type_supported(tdm_qtype t);
 
-#define TDM_GPU_MATVEC_MAX_TOK 8
+#define TDM_GPU_MATVEC_MAX_TOK 8 /* tokens a matvec block multiplies at once */
 
-/* Decode products, 1..8 tokens: y[t][r] = (accumulate ? y[t][r] : 0) + W[r] . x[t]
- * for r < rows, t < ntok. w: [rows] rows of k elements of type wt; x: [ntok][k];
+/* Decode products: y[t][r] = (accumulate ? y[t][r] : 0) + W[r] . x[t] for
+ * r < rows, t < ntok. w: [rows] rows of k elements of type wt; x: [ntok][k];
  * y: [ntok][rows]. k must be a multiple of the type's block (8 for F32/F16/BF16).
+ * One launch for any ntok (groups of TDM_GPU_MATVEC_MAX_TOK tokens side by
+ * side, each reading the weights: from L2 for small matrices); made for 1..8
+ * tokens and for the small F32 matrices of a prompt (router, beta/alpha).
  * Quantised formats multiply int8 activations (x quantised per 32 elements
  * on the device, dp4a; error bound in docs/GPU.md); F32/F16/BF16 keep x in
  * float32. */
@@ -179,11 +184,18 @@ tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *v, int64_t 
  * q: [ntok][n_head][head_dim]; query head h reads KV head h / (n_head / n_kv);
  * scale: usually 1/sqrt(head_dim). gate: NULL, or [ntok][n_head][head_dim]:
  * the output is multiplied by sigmoid(gate) (gated attention).
- * o: [ntok][n_head][head_dim]. Softmax in float32. head_dim <= 512. */
+ * o: [ntok][n_head][head_dim]. Softmax in float32. head_dim <= 512.
+ * scratch: NULL, or device memory of tdm_gpu_attention_scratch_bytes() for
+ * these heads and cache, zeroed once by the caller and kept for every call
+ * (the kernel leaves it zeroed): batches of up to 8 queries then split the
+ * keys over several blocks per head (a decode step would use a handful of
+ * SMs otherwise). Calls sharing one scratch must run in stream order. */
+size_t tdm_gpu_attention_scratch_bytes(const tdm_gpu *g, int64_t n_head, int64_t head_dim,
+                                       int64_t n_ctx);
 tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc, const uint16_t *vc,
                              const float *gate, float *o, int64_t ntok, int64_t n_head,
                              int64_t n_kv, int64_t head_dim, int64_t n_ctx, const int32_t *pos,
-                             float scale, tdm_error *err);
+                             float scale, void *scratch, size_t scratch_bytes, tdm_error *err);
 
 /* ---- Gated DeltaNet ---- */
 

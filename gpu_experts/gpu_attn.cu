@@ -42,24 +42,37 @@ extern "C" tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *
     return TDM_OK;
 }
 
-/* Block = (query token, query head). Lane l of each warp owns channels
- * l + 32c (c < DPL) of q, of the running output and of each K/V row.
- * The keys are 0..pos[t]: read from device memory, so one recorded launch
- * serves every decode step; a position outside the cache writes zeros. */
+/* exp(m - M) of a partial result with running max m against the overall
+ * max M; 0 for a partial that saw no key (m = -inf). */
+__device__ __forceinline__ float attn_rescale(float m, float M)
+{
+    return m == -INFINITY ? 0.0f : expf(m - M);
+}
+
+/* Block = (query token, query head, split of the keys). Lane l of each warp
+ * owns channels l + 32c (c < DPL) of q, of the running output and of each
+ * K/V row. The keys are 0..pos[t], read from device memory, so one recorded
+ * launch serves every decode step; split z of gridDim.z takes the z-th
+ * equal share of them. One split writes o itself; with several, each writes
+ * its (max, sum, unnormalised output) to part and the last to finish
+ * (count, reset by it) merges them. A position outside the cache writes
+ * zeros. */
 template <int DPL>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc,
                      const __half *__restrict__ vc, const float *__restrict__ gate, float *o,
                      int n_head, int group, int head_dim, int64_t n_ctx,
-                     const int32_t *__restrict__ pos, float scale)
+                     const int32_t *__restrict__ pos, float scale, float *part, unsigned *count)
 {
     __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
     __shared__ float s_acc[ATTN_WARPS][DPL * 32];
-    int t = blockIdx.y, h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __shared__ int s_last;
+    int t = blockIdx.y, h = blockIdx.x, split = blockIdx.z, nsplit = gridDim.z;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t qoff = ((int64_t)t * n_head + h) * head_dim;
     int64_t p = pos[t];
     if (!pos_in_cache(p, n_ctx)) { /* uniform over the block: no barrier is skipped */
-        for (int i = threadIdx.x; i < head_dim; i += blockDim.x)
+        for (int i = threadIdx.x; i < head_dim && split == 0; i += blockDim.x)
             o[qoff + i] = 0.0f;
         return;
     }
@@ -73,8 +86,9 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
         acc[c] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    int64_t n_keys = p + 1;
-    for (int64_t j = warp; j < n_keys; j += ATTN_WARPS) {
+    const int64_t n_keys = p + 1, per = (n_keys + nsplit - 1) / nsplit, j0 = split * per;
+    const int64_t j1 = n_keys - j0 < per ? n_keys : j0 + per;
+    for (int64_t j = j0 + warp; j < j1; j += ATTN_WARPS) {
         const __half *kr = kh + j * head_dim, *vr = vh + j * head_dim;
         float s = 0.0f;
 #pragma unroll
@@ -84,7 +98,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
                 s += qr[c] * __half2float(kr[i]);
         }
         s = tdm_warp_sum(s);
-        float mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn);
+        float mn = fmaxf(m, s), corr = attn_rescale(m, mn), p = expf(s - mn);
         l = l * corr + p;
 #pragma unroll
         for (int c = 0; c < DPL; c++) {
@@ -107,23 +121,93 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
         M = fmaxf(M, s_m[w]);
     float L = 0.0f;
     for (int w = 0; w < ATTN_WARPS; w++)
-        L += s_l[w] * expf(s_m[w] - M);
+        L += s_l[w] * attn_rescale(s_m[w], M);
+    const int64_t pitch = head_dim + 2; /* a partial: max, sum, head_dim outputs */
+    float *mine = part + (((int64_t)t * n_head + h) * nsplit + split) * pitch;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
         float v = 0.0f;
         for (int w = 0; w < ATTN_WARPS; w++)
-            v += s_acc[w][i] * expf(s_m[w] - M);
+            v += s_acc[w][i] * attn_rescale(s_m[w], M);
+        if (nsplit > 1) {
+            mine[2 + i] = v;
+            continue;
+        }
         v /= L;
         if (gate)
             v *= tdm_sigmoid(gate[qoff + i]);
         o[qoff + i] = v;
     }
+    if (nsplit == 1)
+        return;
+    if (threadIdx.x == 0) {
+        mine[0] = M;
+        mine[1] = L;
+    }
+    __threadfence(); /* the partial is visible before the count says so */
+    __syncthreads();
+    unsigned *cnt = count + (int64_t)t * n_head + h;
+    if (threadIdx.x == 0)
+        s_last = atomicAdd(cnt, 1u) == (unsigned)nsplit - 1;
+    __syncthreads();
+    if (!s_last)
+        return;
+    __threadfence();
+    const float *all = part + ((int64_t)t * n_head + h) * nsplit * pitch;
+    float GM = -INFINITY, GL = 0.0f;
+    for (int z = 0; z < nsplit; z++)
+        GM = fmaxf(GM, __ldcg(all + z * pitch));
+    for (int z = 0; z < nsplit; z++)
+        GL += __ldcg(all + z * pitch + 1) * attn_rescale(__ldcg(all + z * pitch), GM);
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        float v = 0.0f;
+        for (int z = 0; z < nsplit; z++) {
+            const float r = attn_rescale(__ldcg(all + z * pitch), GM);
+            v += r == 0.0f ? 0.0f : __ldcg(all + z * pitch + 2 + i) * r;
+        }
+        v /= GL;
+        if (gate)
+            v *= tdm_sigmoid(gate[qoff + i]);
+        o[qoff + i] = v;
+    }
+    if (threadIdx.x == 0)
+        *cnt = 0; /* ready for the next launch */
+}
+
+/* Splits of the keys for ntok queries: about two blocks per SM, at least
+ * ATTN_MIN_KEYS keys of the cache per split; 1 past ATTN_SPLIT_MAX_TOK. */
+static int attn_splits(int sm_count, int64_t n_head, int64_t ntok, int64_t n_ctx)
+{
+    if (ntok > ATTN_SPLIT_MAX_TOK)
+        return 1;
+    int64_t s = (2 * (int64_t)sm_count + n_head * ntok - 1) / (n_head * ntok);
+    int64_t cap = (n_ctx + ATTN_MIN_KEYS - 1) / ATTN_MIN_KEYS;
+    s = s < cap ? s : cap;
+    s = s < ATTN_MAX_SPLITS ? s : ATTN_MAX_SPLITS;
+    return s < 1 ? 1 : (int)s;
+}
+
+/* Scratch layout: counters [ATTN_SPLIT_MAX_TOK][n_head], then the partials. */
+static size_t attn_count_bytes(int64_t n_head)
+{
+    return ((size_t)ATTN_SPLIT_MAX_TOK * n_head * sizeof(unsigned) + 255) & ~(size_t)255;
+}
+
+extern "C" size_t tdm_gpu_attention_scratch_bytes(const tdm_gpu *g, int64_t n_head, int64_t head_dim,
+                                                  int64_t n_ctx)
+{
+    size_t most = 0;
+    for (int64_t nt = 1; nt <= ATTN_SPLIT_MAX_TOK; nt++) {
+        size_t b = (size_t)nt * n_head * attn_splits(g->sm_count, n_head, nt, n_ctx) * (head_dim + 2);
+        most = b > most ? b : most;
+    }
+    return attn_count_bytes(n_head) + most * sizeof(float);
 }
 
 extern "C" tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc,
                                         const uint16_t *vc, const float *gate, float *o,
                                         int64_t ntok, int64_t n_head, int64_t n_kv,
                                         int64_t head_dim, int64_t n_ctx, const int32_t *pos,
-                                        float scale, tdm_error *err)
+                                        float scale, void *scratch, size_t scratch_bytes, tdm_error *err)
 {
     TDM_REQUIRE(err, q && kc && vc && o && pos, "gpu attention: NULL argument");
     TDM_REQUIRE(err, n_head > 0 && n_kv > 0 && n_head % n_kv == 0,
@@ -135,13 +219,19 @@ extern "C" tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16
     TDM_REQUIRE(err, ntok > 0 && ntok <= 65535 && n_head <= INT32_MAX,
                 "gpu attention: ntok=%lld outside 1..65535", (long long)ntok);
     TDM_REQUIRE(err, n_ctx > 0, "gpu attention: n_ctx=%lld", (long long)n_ctx);
-    dim3 grid((unsigned)n_head, (unsigned)ntok);
+    int splits = scratch ? attn_splits(g->sm_count, n_head, ntok, n_ctx) : 1;
+    if ((size_t)ntok * n_head * splits * (head_dim + 2) * sizeof(float) + attn_count_bytes(n_head) >
+        scratch_bytes)
+        splits = 1; /* a scratch sized for a shorter context */
+    unsigned *count = (unsigned *)scratch;
+    float *part = splits > 1 ? (float *)((char *)scratch + attn_count_bytes(n_head)) : NULL;
+    dim3 grid((unsigned)n_head, (unsigned)ntok, (unsigned)splits);
     int group = (int)(n_head / n_kv), hd = (int)head_dim;
     const __half *k16 = (const __half *)kc, *v16 = (const __half *)vc;
 #define ATTN_LAUNCH(D)                                                                       \
     attention_kernel<D><<<grid, ATTN_WARPS * 32, 0, g->stream>>>(q, k16, v16, gate, o,        \
                                                                  (int)n_head, group, hd, n_ctx, \
-                                                                 pos, scale)
+                                                                 pos, scale, part, count)
     if (head_dim <= 32)
         ATTN_LAUNCH(1);
     else if (head_dim <= 64)

@@ -5,9 +5,13 @@
 
 #include "gpu_common.cuh"
 
-/* Warps per (token, head) block: each warp runs an online softmax over every
- * ATTN_WARPS-th key, then the warps' partial results are merged. */
+/* Warps per (token, head, split) block: each warp runs an online softmax
+ * over every ATTN_WARPS-th key of the split, then the warps' partial results
+ * are merged (and the splits' in the last block to finish). */
 #define ATTN_WARPS 8
 #define ATTN_MAX_HEAD_DIM 512
+#define ATTN_SPLIT_MAX_TOK 8 /* decode batches split the keys; longer ones fill the GPU anyway */
+#define ATTN_MAX_SPLITS 32
+#define ATTN_MIN_KEYS 16     /* cache rows per split at least */
 
 #endif

@@ -273,6 +273,8 @@ extern "C" tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, td
                 t->matvec_rows);
     TDM_REQUIRE(err, t->moe_split == 0 || t->moe_split == 1 || t->moe_split == 4,
                 "gpu tuning: moe_split %d not in {0, 1, 4}", t->moe_split);
+    TDM_REQUIRE(err, t->moe_tile == 0 || t->moe_tile == 2 || t->moe_tile == 4 || t->moe_tile == 8 || t->moe_tile == 16,
+                "gpu tuning: moe_tile %d not in {0, 2, 4, 8, 16}", t->moe_tile);
     g->tune = *t;
     return TDM_OK;
 }

@@ -4,7 +4,13 @@
 #include "gpu_deltanet.cuh"
 #include "gpu_norm.cuh"
 
-/* One thread per channel, sequential over the tokens. */
+#define CONV_TOK 16 /* tokens per thread */
+static_assert(CONV_TOK >= CONV_MAX_K - 1, "only token group 0 may read the state");
+
+/* One thread per (channel, group of CONV_TOK tokens): a token's window is
+ * the kernel - 1 inputs before it, from u or, before the batch, from the
+ * state ([kernel - 1][channels], oldest first). Group 0's thread writes the
+ * channel's new state after its own reads; no other thread touches it. */
 __global__ void ssm_conv_kernel(const float *__restrict__ u, const float *__restrict__ w,
                                 float *state, float *__restrict__ y, int64_t ntok,
                                 int64_t channels, int kernel)
@@ -12,12 +18,16 @@ __global__ void ssm_conv_kernel(const float *__restrict__ u, const float *__rest
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels)
         return;
-    float win[CONV_MAX_K], tap[CONV_MAX_K];
+    const int64_t t0 = (int64_t)blockIdx.y * CONV_TOK, t1 = ntok - t0 < CONV_TOK ? ntok : t0 + CONV_TOK;
+    float win[CONV_MAX_K], tap[CONV_MAX_K], old[CONV_MAX_K];
     for (int i = 0; i < kernel; i++)
         tap[i] = w[c * kernel + i];
-    for (int i = 0; i < kernel - 1; i++)
-        win[i] = state[i * channels + c];
-    for (int64_t t = 0; t < ntok; t++) {
+    for (int i = 0; i < kernel - 1; i++) {
+        const int64_t s = t0 - (kernel - 1) + i;
+        old[i] = t0 == 0 ? state[i * channels + c] : 0.0f;
+        win[i] = s >= 0 ? u[s * channels + c] : old[kernel - 1 + s];
+    }
+    for (int64_t t = t0; t < t1; t++) {
         float cur = u[t * channels + c], s = tap[kernel - 1] * cur;
         for (int i = 0; i < kernel - 1; i++)
             s += tap[i] * win[i];
@@ -26,8 +36,12 @@ __global__ void ssm_conv_kernel(const float *__restrict__ u, const float *__rest
             win[i] = win[i + 1];
         win[kernel - 2] = cur;
     }
-    for (int i = 0; i < kernel - 1; i++)
-        state[i * channels + c] = win[i];
+    if (t0 != 0)
+        return;
+    for (int i = 0; i < kernel - 1; i++) {
+        const int64_t s = ntok - (kernel - 1) + i;
+        state[i * channels + c] = s >= 0 ? u[s * channels + c] : old[kernel - 1 + s];
+    }
 }
 
 extern "C" tdm_status tdm_gpu_ssm_conv(tdm_gpu *g, const float *u, const float *w, float *state,
@@ -39,8 +53,9 @@ extern "C" tdm_status tdm_gpu_ssm_conv(tdm_gpu *g, const float *u, const float *
                 (long long)kernel, CONV_MAX_K);
     TDM_REQUIRE(err, ntok > 0 && channels > 0, "gpu ssm_conv: bad shape ntok=%lld channels=%lld",
                 (long long)ntok, (long long)channels);
-    ssm_conv_kernel<<<tdm_cdiv(channels, 128), 128, 0, g->stream>>>(u, w, state, y, ntok, channels,
-                                                                    (int)kernel);
+    TDM_REQUIRE(err, ntok / CONV_TOK < 65535, "gpu ssm_conv: ntok=%lld", (long long)ntok);
+    const dim3 grid(tdm_cdiv(channels, 128), (unsigned)tdm_cdiv(ntok, CONV_TOK));
+    ssm_conv_kernel<<<grid, 128, 0, g->stream>>>(u, w, state, y, ntok, channels, (int)kernel);
     TDM_LAUNCHED(err, "ssm_conv_kernel");
     return TDM_OK;
 }

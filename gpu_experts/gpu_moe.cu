@@ -114,14 +114,14 @@ __device__ __forceinline__ int64_t chunk_off(const tdm_geom &g, int64_t k0)
     return k0 / g.blk * g.bytes;
 }
 
-/* Block = MOE_TILE rows of gate and up for one selection (a (token, rank)
+/* Block = tile rows of gate and up for one selection (a (token, rank)
  * pair or the shared expert). The block quantises the token's x into
  * shared memory (a chunk of n_embd at a time), then each group of SPLIT
  * warps takes one row per pass: its lanes split the row's units. */
 template <int SPLIT>
 __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
     moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int32_t *__restrict__ ids,
-                       int k, int ntok, float *__restrict__ h, int chunk)
+                       int k, int ntok, float *__restrict__ h, int chunk, int tile)
 {
     extern __shared__ __align__(128) int4 moe_smem[]; /* q [pitch] int8, s [pitch / 32] */
     __shared__ float red[MOE_WARPS];
@@ -152,18 +152,18 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
         gtype = a.sh_gate_type;
         utype = a.sh_up_type;
     }
-    int tile0 = blockIdx.x * MOE_TILE;
+    int tile0 = blockIdx.x * tile;
     if (tile0 >= n_ff)
         return; /* the narrower of routed and shared n_ff */
     int64_t grb = sel < ntok * k ? a.gate_row_bytes : a.sh_gate_row_bytes;
     int64_t urb = sel < ntok * k ? a.up_row_bytes : a.sh_up_row_bytes;
-    int live_rows = n_ff - tile0 < MOE_TILE ? n_ff - tile0 : MOE_TILE;
+    int live_rows = n_ff - tile0 < tile ? n_ff - tile0 : tile;
     tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
     tdm_prefetch_l2(uw + tile0 * urb, live_rows * urb);
     tdm_geom gg = tdm_geom_rt(gtype), ug = tdm_geom_rt(utype);
     const float *xt = x + (int64_t)t * a.n_embd;
     int sub = (warp % SPLIT) * 32 + lane, nchunks = (a.n_embd + chunk - 1) / chunk;
-    for (int p = 0; p < MOE_TILE * SPLIT / MOE_WARPS; p++) {
+    for (int p = 0; p < tile * SPLIT / MOE_WARPS; p++) {
         int row = tile0 + p * (MOE_WARPS / SPLIT) + warp / SPLIT;
         bool live = row < n_ff;
         float gs = 0.0f, us = 0.0f;
@@ -217,7 +217,7 @@ __device__ __forceinline__ void down_items(const uint8_t *const *base, const flo
     }
 }
 
-/* Block = MOE_TILE output rows of one token. The block looks up the
+/* Block = tile output rows of one token. The block looks up the
  * token's resident experts, quantises its k (+ shared) h rows into shared
  * memory (a chunk of h_stride at a time), then each group of SPLIT warps
  * takes one row per pass: its lanes split the (rank, unit) items of the
@@ -226,7 +226,7 @@ template <int SPLIT>
 __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
     moe_down_kernel(moe_args a, const float *__restrict__ h, const int32_t *__restrict__ ids,
                     const float *__restrict__ wts, int k, const float *add, float *y,
-                    int accumulate, int chunk)
+                    int accumulate, int chunk, int tile)
 {
     extern __shared__ __align__(128) int4 moe_smem[]; /* q [nsel][pitch] int8, s [nsel][pitch / 32] */
     __shared__ float red[MOE_WARPS];
@@ -237,8 +237,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
     int8_t *xq8 = (int8_t *)moe_smem;
     uint2 *xs = (uint2 *)(xq8 + nsel * pitch);
     tdm_xq xq = {xq8, xs, pitch};
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tile0 = blockIdx.x * MOE_TILE;
-    int live_rows = a.n_embd - tile0 < MOE_TILE ? a.n_embd - tile0 : MOE_TILE;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tile0 = blockIdx.x * tile;
+    int live_rows = a.n_embd - tile0 < tile ? a.n_embd - tile0 : tile;
     for (int r = threadIdx.x; r < nsel; r += blockDim.x) {
         const uint8_t *b;
         if (r < k) {
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
     tdm_geom dg = tdm_geom_rt(a.down_type), sg = tdm_geom_rt(a.sh_down_type);
     const float *ht = h + (int64_t)t * nsel * a.h_stride;
     int sub = (warp % SPLIT) * 32 + lane, nchunks = (int)((a.h_stride + chunk - 1) / chunk);
-    for (int p = 0; p < MOE_TILE * SPLIT / MOE_WARPS; p++) {
+    for (int p = 0; p < tile * SPLIT / MOE_WARPS; p++) {
         int row = tile0 + p * (MOE_WARPS / SPLIT) + warp / SPLIT;
         bool live = row < a.n_embd;
         float acc = 0.0f;
@@ -389,6 +389,16 @@ static int moe_chunk(int64_t n, int64_t rows)
     return (int)(n <= cap ? (n + 31) / 32 * 32 : cap);
 }
 
+/* Launch shape: warps per output row (tuning, else MOE_SPLIT) and rows per
+ * block (tuning, else MOE_TILE; at least MOE_WARPS / split so that every
+ * warp has a row). */
+static int moe_split_of(const tdm_gpu *g) { return g->tune.moe_split ? g->tune.moe_split : MOE_SPLIT; }
+static int moe_tile_of(const tdm_gpu *g, int split)
+{
+    const int t = g->tune.moe_tile ? g->tune.moe_tile : MOE_TILE;
+    return t * split < MOE_WARPS ? MOE_WARPS / split : t;
+}
+
 static size_t moe_smem_bytes(int chunk, int64_t rows)
 {
     int pitch = moe_pitch(chunk);
@@ -404,14 +414,15 @@ extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L
     TDM_REQUIRE(err, x && ids && h, "gpu moe_gate_up: NULL argument");
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu moe_gate_up: x must be 16-byte aligned");
     int chunk = moe_chunk(a.n_embd, 1);
-    dim3 grid(tdm_cdiv(a.h_stride, MOE_TILE), (unsigned)(ntok * (k + a.has_shared)));
+    const int split = moe_split_of(g), tile = moe_tile_of(g, split);
+    dim3 grid(tdm_cdiv(a.h_stride, tile), (unsigned)(ntok * (k + a.has_shared)));
     size_t smem = moe_smem_bytes(chunk, 1);
-    if (g->tune.moe_split == 4)
+    if (split == 4)
         moe_gate_up_kernel<4><<<grid, MOE_WARPS * 32, smem, g->stream>>>(a, x, ids, (int)k,
-                                                                          (int)ntok, h, chunk);
+                                                                          (int)ntok, h, chunk, tile);
     else
         moe_gate_up_kernel<1><<<grid, MOE_WARPS * 32, smem, g->stream>>>(a, x, ids, (int)k,
-                                                                          (int)ntok, h, chunk);
+                                                                          (int)ntok, h, chunk, tile);
     TDM_LAUNCHED(err, "moe_gate_up_kernel");
     return TDM_OK;
 }
@@ -428,14 +439,15 @@ extern "C" tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, c
                 "gpu moe_down: h must be 16-byte aligned with a stride multiple of 4");
     int64_t nsel = k + a.has_shared;
     int chunk = moe_chunk(a.h_stride, nsel);
-    dim3 grid(tdm_cdiv(a.n_embd, MOE_TILE), (unsigned)ntok);
+    const int split = moe_split_of(g), tile = moe_tile_of(g, split);
+    dim3 grid(tdm_cdiv(a.n_embd, tile), (unsigned)ntok);
     size_t smem = moe_smem_bytes(chunk, nsel);
-    if (g->tune.moe_split == 4)
+    if (split == 4)
         moe_down_kernel<4><<<grid, MOE_WARPS * 32, smem, g->stream>>>(
-            a, h, ids, weights, (int)k, add, y, accumulate ? 1 : 0, chunk);
+            a, h, ids, weights, (int)k, add, y, accumulate ? 1 : 0, chunk, tile);
     else
         moe_down_kernel<1><<<grid, MOE_WARPS * 32, smem, g->stream>>>(
-            a, h, ids, weights, (int)k, add, y, accumulate ? 1 : 0, chunk);
+            a, h, ids, weights, (int)k, add, y, accumulate ? 1 : 0, chunk, tile);
     TDM_LAUNCHED(err, "moe_down_kernel");
     return TDM_OK;
 }

@@ -19,7 +19,8 @@
 #include "gpu_common.cuh"
 
 #define MOE_WARPS 8
-#define MOE_TILE 16          /* rows per block: amortises the activation quantisation */
+#define MOE_TILE 16          /* rows per block (built in): amortises the activation quantisation */
+#define MOE_SPLIT 1          /* warps per output row (built in) */
 #define MOE_BLOCKS_PER_SM 3  /* asked of ptxas (<= 80 registers): a 1-token Qwen3.5
                                 gate_up (288 blocks) runs in one wave on 132 SMs */
 #define MOE_MAX_K 32         /* selected experts per token */

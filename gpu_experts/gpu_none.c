@@ -191,13 +191,20 @@ tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *v, int64_t 
     return NO_CUDA(err, "gpu kv_store");
 }
 
+size_t tdm_gpu_attention_scratch_bytes(const tdm_gpu *g, int64_t n_head, int64_t head_dim, int64_t n_ctx)
+{
+    (void)g, (void)n_head, (void)head_dim, (void)n_ctx;
+    return 0;
+}
+
 tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc, const uint16_t *vc,
                              const float *gate, float *o, int64_t ntok, int64_t n_head,
                              int64_t n_kv, int64_t head_dim, int64_t n_ctx, const int32_t *pos,
-                             float scale, tdm_error *err)
+                             float scale, void *scratch, size_t scratch_bytes, tdm_error *err)
 {
     (void)g, (void)q, (void)kc, (void)vc, (void)gate, (void)o, (void)ntok, (void)n_head,
-        (void)n_kv, (void)head_dim, (void)n_ctx, (void)pos, (void)scale;
+        (void)n_kv, (void)head_dim, (void)n_ctx, (void)pos, (void)scale, (void)scratch,
+        (void)scratch_bytes;
     return NO_CUDA(err, "gpu attention");
 }
 

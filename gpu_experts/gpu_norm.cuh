@@ -6,6 +6,7 @@
 #include "gpu_common.cuh"
 
 #define NORM_THREADS 256
+#define NORM_VEC 2 /* float4s per thread of a row kept in registers: rows up to 2048 */
 
 /* Sum over the block (NORM_THREADS threads); every thread gets the result. */
 __device__ __forceinline__ float tdm_block_sum(float v, float *red /* [32] shared */)

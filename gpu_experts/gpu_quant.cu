@@ -65,6 +65,16 @@ __device__ __forceinline__ void mv_reduce_store(float (*acc)[NT], float (*red)[N
             }
 }
 
+/* Token group blockIdx.y of a launch: its first token (returned) and its
+ * count (ntok: in every token of the call, out this group's, at most
+ * TDM_GPU_MATVEC_MAX_TOK). */
+__device__ __forceinline__ int64_t mv_token_group(int *ntok)
+{
+    int t0 = (int)blockIdx.y * TDM_GPU_MATVEC_MAX_TOK;
+    *ntok = *ntok - t0 < TDM_GPU_MATVEC_MAX_TOK ? *ntok - t0 : TDM_GPU_MATVEC_MAX_TOK;
+    return t0;
+}
+
 bool tdm_gpu_qt_geometry(tdm_qtype t, int *blk, int *bytes)
 {
     bool ok = false;
@@ -90,6 +100,9 @@ __global__ void __launch_bounds__(MVF_WARPS * 32)
                     int wpr)
 {
     __shared__ float red[R][NT][MVF_WARPS];
+    const int64_t t0 = mv_token_group(&ntok);
+    x += t0 * 8 * units;
+    y += t0 * rows;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % wpr;
     int64_t row0 = ((int64_t)blockIdx.x * (MVF_WARPS / wpr) + warp / wpr) * R;
     int nrows = rows - row0 < R ? (int)(rows - row0) : R;
@@ -122,6 +135,9 @@ __global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_
     using Q = QT<T>;
     extern __shared__ __align__(128) int4 mv_smem[]; /* q [ntok][pitch] int8, s [ntok][pitch / 32] */
     __shared__ float red[R][NT][MVQ_WARPS];
+    const int64_t t0 = mv_token_group(&ntok);
+    x += t0 * k;
+    y += t0 * rows;
     int pitch = (chunk + 127) & ~127;
     int8_t *xq8 = (int8_t *)mv_smem;
     uint2 *xs = (uint2 *)(xq8 + ntok * pitch);
@@ -175,21 +191,24 @@ typedef struct mv_plan {
     const uint8_t *w;
     int64_t row_bytes, rows, k;
     const float *x;
-    int ntok;
+    int ntok; /* tokens of one group (<= TDM_GPU_MATVEC_MAX_TOK): picks the bucket */
     float *y;
     int acc, wpr, rpw;
+    int all_tok;     /* every token of the call */
+    unsigned groups; /* token groups: grid.y */
     int lpr_log2, chunk; /* int8 path */
     unsigned grid;
     size_t smem;
 } mv_plan;
 
 #define MVF_LAUNCH(NT, R)                                                                     \
-    matvec_f_kernel<T, NT, R><<<tdm_cdiv(p->rows, (MVF_WARPS / p->wpr) * R), MVF_WARPS * 32, 0, \
-                                st>>>(p->w, p->row_bytes, p->rows, (int)(p->k / 8), p->x,        \
-                                      p->ntok, p->y, p->acc, p->wpr)
+    matvec_f_kernel<T, NT, R><<<dim3(tdm_cdiv(p->rows, (MVF_WARPS / p->wpr) * R), p->groups),  \
+                                MVF_WARPS * 32, 0, st>>>(p->w, p->row_bytes, p->rows,             \
+                                                         (int)(p->k / 8), p->x, p->all_tok, p->y, \
+                                                         p->acc, p->wpr)
 #define MVQ_LAUNCH(NT, R)                                                                     \
-    matvec_q8_kernel<T, NT, R><<<p->grid, MVQ_WARPS * 32, p->smem, st>>>(                    \
-        p->w, p->row_bytes, p->rows, p->k, p->x, p->ntok, p->y, p->acc, p->lpr_log2, p->wpr,   \
+    matvec_q8_kernel<T, NT, R><<<dim3(p->grid, p->groups), MVQ_WARPS * 32, p->smem, st>>>(   \
+        p->w, p->row_bytes, p->rows, p->k, p->x, p->all_tok, p->y, p->acc, p->lpr_log2, p->wpr, \
         p->chunk)
 /* token buckets 1, 2, 4, 8; R = 2 only from 3 tokens on */
 #define MV_BUCKETS(L)                                                                         \
@@ -272,15 +291,19 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
     tdm_status s = check_weights(wt, w, rows, k, "gpu matvec", &row_bytes, err);
     if (s != TDM_OK)
         return s;
-    TDM_REQUIRE(err, ntok >= 1 && ntok <= TDM_GPU_MATVEC_MAX_TOK,
-                "gpu matvec: ntok=%d outside 1..%d", ntok, TDM_GPU_MATVEC_MAX_TOK);
+    const int64_t groups = ((int64_t)ntok + TDM_GPU_MATVEC_MAX_TOK - 1) / TDM_GPU_MATVEC_MAX_TOK;
+    TDM_REQUIRE(err, ntok >= 1 && groups <= 65535, "gpu matvec: ntok=%d outside 1..%d", ntok,
+                65535 * TDM_GPU_MATVEC_MAX_TOK);
     TDM_REQUIRE(err, x && y, "gpu matvec: NULL activation or output");
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu matvec: x must be 16-byte aligned");
     /* 2 rows per lane from 3 tokens on, for large matrices only: it halves the
      * activation loads (1.4-1.6x at 8 tokens on 2048x4096 .. 248320x2048) but
      * costs parallelism on expert-sized ones (measured, docs/GPU.md) */
-    mv_plan p = {(const uint8_t *)w, row_bytes, rows, k, x, ntok, y, accumulate ? 1 : 0, 1, 1};
-    p.rpw = ntok <= 2 ? 1
+    const int per = ntok < TDM_GPU_MATVEC_MAX_TOK ? ntok : TDM_GPU_MATVEC_MAX_TOK;
+    mv_plan p = {(const uint8_t *)w, row_bytes, rows, k, x, per, y, accumulate ? 1 : 0, 1, 1};
+    p.all_tok = ntok;
+    p.groups = (unsigned)groups;
+    p.rpw = per <= 2 ? 1
             : g->tune.matvec_rows ? g->tune.matvec_rows
             : rows >= 2048 && k >= 2048 ? 2 : 1;
     TDM_QT_DISPATCH(wt, (launch_matvec<QTYPE>(g->stream, &p, &g->tune, g->sm_count)));

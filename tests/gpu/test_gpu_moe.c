@@ -95,14 +95,15 @@ typedef struct moe_case {
 
 static void run_moe_split(const moe_case *c);
 
-/* Both launch shapes of the fused kernels must compute the same values. */
+/* Every launch shape of the fused kernels (warps per row x rows per block)
+ * must compute the same values. */
 static void run_moe(const moe_case *c)
 {
-    static const int splits[] = {1, 4};
-    for (int i = 0; i < 2; i++) {
-        tdm_gpu_tuning tu = {.moe_split = splits[i]};
+    static const int shapes[][2] = {{1, 16}, {1, 8}, {4, 16}, {4, 4}, {4, 2}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        tdm_gpu_tuning tu = {.moe_split = shapes[i][0], .moe_tile = shapes[i][1]};
         GPU_OK(tdm_gpu_set_tuning(g_gpu, &tu, ERR));
-        printf("  moe_split %d\n", splits[i]);
+        printf("  moe_split %d, tile %d\n", shapes[i][0], shapes[i][1]);
         run_moe_split(c);
     }
     tdm_gpu_tuning tu = {0};

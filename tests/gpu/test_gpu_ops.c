@@ -79,6 +79,10 @@ static void test_rmsnorm(void **state)
     run_rmsnorm(1, 7, 7, false);
     run_rmsnorm(64, 128, 128, true);
     run_rmsnorm(3, 33, 33, true);
+    /* rows held in registers (<= 2048, multiple of 4) and just past it */
+    run_rmsnorm(2, 1020, 1020, false);
+    run_rmsnorm(2, 2052, 2052, false);
+    run_rmsnorm(3, 2048, 2048, true);
 }
 
 /* ---------------- RoPE ---------------- */
@@ -221,18 +225,27 @@ static void run_attention(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ct
                                  j < stored ? tdm_fp32_to_fp16(k[j * kvw + g * hd + i]) : 0xFFFF);
     float *dq = dev_upload(q, sizeof(float) * ntok * n_head * hd);
     float *dg = dev_upload(gate, sizeof(float) * ntok * n_head * hd);
-    float *dout = dev_poisoned(ntok * n_head * hd);
-    GPU_OK(tdm_gpu_attention(g_gpu, dq, kc, vc, gated ? dg : NULL, dout, ntok, n_head, n_kv, hd,
-                             n_ctx, dpos + pos0, scale, ERR));
-    float *o = dev_download_f32(dout, ntok * n_head * hd);
-    char what[96];
-    snprintf(what, sizeof what, "attention %lldq/%lldkv hd %lld pos0 %lld ntok %lld%s%s",
-             (long long)n_head, (long long)n_kv, (long long)hd, (long long)pos0, (long long)ntok,
-             gated ? " gated" : "", stray ? " stray" : "");
-    check_close(what, o, ref, bound, ntok * n_head * hd, 0, 0);
-    free(k), free(v), free(q), free(gate), free(pos), free(ref), free(bound), free(sc), free(hk), free(o);
+    /* without scratch (one block per query head), then with it twice (the
+     * keys split over blocks; the second call finds the counters reset) */
+    const size_t sb = tdm_gpu_attention_scratch_bytes(g_gpu, n_head, hd, n_ctx);
+    void *scratch = dev_alloc(sb);
+    GPU_OK(tdm_gpu_memset(g_gpu, scratch, 0, sb, ERR));
+    for (int run = 0; run < 3; run++) {
+        float *dout = dev_poisoned(ntok * n_head * hd);
+        GPU_OK(tdm_gpu_attention(g_gpu, dq, kc, vc, gated ? dg : NULL, dout, ntok, n_head, n_kv, hd, n_ctx,
+                                 dpos + pos0, scale, run ? scratch : NULL, run ? sb : 0, ERR));
+        float *o = dev_download_f32(dout, ntok * n_head * hd);
+        char what[128];
+        snprintf(what, sizeof what, "attention %lldq/%lldkv hd %lld pos0 %lld ntok %lld%s%s%s",
+                 (long long)n_head, (long long)n_kv, (long long)hd, (long long)pos0, (long long)ntok,
+                 gated ? " gated" : "", stray ? " stray" : "", run ? " split" : "");
+        check_close(what, o, ref, bound, ntok * n_head * hd, 0, 0);
+        free(o);
+        dev_free(dout);
+    }
+    dev_free(scratch);
+    free(k), free(v), free(q), free(gate), free(pos), free(ref), free(bound), free(sc), free(hk);
     dev_free(kc), dev_free(vc), dev_free(dk), dev_free(dv), dev_free(dpos), dev_free(dq), dev_free(dg);
-    dev_free(dout);
 }
 
 static void test_attention(void **state)
@@ -241,6 +254,9 @@ static void test_attention(void **state)
     run_attention(32, 4, 128, 300, 0, 37, false, false);  /* Qwen3-MoE prefill */
     run_attention(32, 4, 128, 300, 37, 1, false, false);  /* then decode */
     run_attention(16, 2, 256, 200, 150, 1, true, false);  /* Qwen3.5 gated decode, long context */
+    run_attention(16, 2, 256, 1100, 1023, 1, true, false); /* 17 splits of 61 keys, the last 47 */
+    run_attention(16, 2, 256, 1100, 5, 2, true, false);   /* most splits empty */
+    run_attention(8, 1, 128, 700, 600, 7, false, false);  /* 7 queries: several splits each */
     run_attention(16, 2, 256, 64, 5, 9, true, false);     /* prefill continuing a cache */
     run_attention(4, 2, 16, 40, 0, 23, false, false);     /* micro qwen3moe */
     run_attention(6, 3, 80, 50, 3, 3, true, false);       /* head_dim not a multiple of 32 */
@@ -265,22 +281,26 @@ static void ref_conv(const float *u, const float *w, double *st, double *y, int6
         }
 }
 
+/* Batches in sequence, state carried: 5, 1, 2 (shorter than the window: the
+ * new state mixes old state and inputs), 37 (three token groups, the last
+ * partial) tokens. */
 static void test_ssm_conv(void **state)
 {
     (void)state;
-    int64_t ch = 1001, K = 4, n1 = 5, n2 = 1;
-    float *u = frand((n1 + n2) * ch, 1.0f), *w = frand(ch * K, 0.5f), *st0 = frand((K - 1) * ch, 1.0f);
-    double *st = dalloc((K - 1) * ch), *ref = dalloc((n1 + n2) * ch);
+    enum { NB = 4 };
+    const int64_t ch = 1001, K = 4, nb[NB] = {5, 1, 2, 37}, n = 5 + 1 + 2 + 37;
+    float *u = frand(n * ch, 1.0f), *w = frand(ch * K, 0.5f), *st0 = frand((K - 1) * ch, 1.0f);
+    double *st = dalloc((K - 1) * ch), *ref = dalloc(n * ch);
     for (int64_t i = 0; i < (K - 1) * ch; i++)
         st[i] = st0[i];
-    ref_conv(u, w, st, ref, n1, ch, K);
-    ref_conv(u + n1 * ch, w, st, ref + n1 * ch, n2, ch, K);
-    float *du = dev_upload(u, sizeof(float) * (n1 + n2) * ch), *dw = dev_upload(w, sizeof(float) * ch * K);
-    float *dst = dev_upload(st0, sizeof(float) * (K - 1) * ch), *dy = dev_poisoned((n1 + n2) * ch);
-    GPU_OK(tdm_gpu_ssm_conv(g_gpu, du, dw, dst, dy, n1, ch, K, ERR));
-    GPU_OK(tdm_gpu_ssm_conv(g_gpu, du + n1 * ch, dw, dst, dy + n1 * ch, n2, ch, K, ERR));
-    float *y = dev_download_f32(dy, (n1 + n2) * ch), *sto = dev_download_f32(dst, (K - 1) * ch);
-    check_close("ssm_conv 1001 ch, 5 + 1 tokens", y, ref, NULL, (n1 + n2) * ch, 1e-5, 1e-6);
+    float *du = dev_upload(u, sizeof(float) * n * ch), *dw = dev_upload(w, sizeof(float) * ch * K);
+    float *dst = dev_upload(st0, sizeof(float) * (K - 1) * ch), *dy = dev_poisoned(n * ch);
+    for (int64_t b = 0, t0 = 0; b < NB; t0 += nb[b++]) {
+        ref_conv(u + t0 * ch, w, st, ref + t0 * ch, nb[b], ch, K);
+        GPU_OK(tdm_gpu_ssm_conv(g_gpu, du + t0 * ch, dw, dst, dy + t0 * ch, nb[b], ch, K, ERR));
+    }
+    float *y = dev_download_f32(dy, n * ch), *sto = dev_download_f32(dst, (K - 1) * ch);
+    check_close("ssm_conv 1001 ch, 5 + 1 + 2 + 37 tokens", y, ref, NULL, n * ch, 1e-5, 1e-6);
     check_close("ssm_conv state", sto, st, NULL, (K - 1) * ch, 0, 0);
     free(u), free(w), free(st0), free(st), free(ref), free(y), free(sto);
     dev_free(du), dev_free(dw), dev_free(dst), dev_free(dy);

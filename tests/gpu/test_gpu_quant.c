@@ -194,6 +194,9 @@ static void test_matvec_all_types(void **state)
         for (int ntok = 1; ntok <= TDM_GPU_MATVEC_MAX_TOK; ntok++)
             run_matvec(t, 37 + ntok, blk * (ntok % 3 + 1) + (blk == 8 ? 8 * 7 : 0), ntok, false);
         run_matvec(t, 3, blk * 11, 3, true);
+        /* more tokens than one group: groups side by side, a partial last one */
+        run_matvec(t, 29, blk * 2, 2 * TDM_GPU_MATVEC_MAX_TOK + 5, false);
+        run_matvec(t, 5, blk * 3, TDM_GPU_MATVEC_MAX_TOK + 1, true);
     }
 }
 
@@ -336,7 +339,7 @@ static void test_bad_input(void **state)
     assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 300, dx, 1, dy, false, &e),
                      TDM_ERR_INVALID);
     printf("  %s\n", e.msg);
-    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx, 9, dy, false, &e),
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx, 0, dy, false, &e),
                      TDM_ERR_INVALID);
     assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, NULL, 4, 256, dx, 1, dy, false, &e),
                      TDM_ERR_INVALID);
