@@ -3,12 +3,17 @@
  * protocol's fixed cost per missed layer, and the same for a job of k missed
  * experts of the model. Prints median and p99 in microseconds.
  *   build/bench/pool_handoff [MODEL.gguf] [--rounds N] [--gap-us G] [--threads T]
- *                            [--gpu-publish] [--kick]
+ *                            [--gpu-publish] [--kick] [--spread] [--expert-memory map|copy]
  * --gap-us: idle time between jobs (e.g. 2000 puts the team to sleep).
  * --threads: pool team size (default: physical cores - 1).
  * --gpu-publish: store dev_seq without waking the futex, as a GPU kernel does
  * (a sleeping driver then notices within its 1 ms futex timeout).
- * --kick: tdm_pool_kick after each gap, as a GPU step starts with. */
+ * --kick: tdm_pool_kick after each gap, as a GPU step starts with.
+ * --spread: each round's job is another MoE layer with k distinct random
+ * experts (fixed seed), after one pass touching every expert page: the pool's
+ * steady-state read rate from DRAM rather than from the cache.
+ * --expert-memory copy: the experts copied into huge-page memory first
+ * (tdm_model_copy_experts); map (default): read from the file mapping. */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -36,8 +41,46 @@ static int cmp_d(const void *a, const void *b)
 
 typedef struct mode {
     int rounds, gap_us;
-    bool gpu_publish, kick;
+    bool gpu_publish, kick, spread;
+    const tdm_model *m; /* --spread: the model whose layers and experts the rounds walk */
+    uint64_t rng;
 } mode;
+
+/* --spread: the next round's layer (the MoE ones in turn) and k distinct experts. */
+static void next_job(mode *md, tdm_mailbox *mb)
+{
+    const tdm_hparams *hp = tdm_model_hparams(md->m);
+    int32_t il = mb->layer;
+    do
+        il = (il + 1) % hp->n_layer;
+    while (tdm_model_layer(md->m, il)->ffn != TDM_FFN_MOE);
+    mb->layer = il;
+    for (int32_t i = 0; i < hp->n_expert_used; i++) {
+        bool dup;
+        do {
+            md->rng = md->rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            mb->ids[i] = (int32_t)((md->rng >> 33) % (uint64_t)hp->n_expert);
+            dup = false;
+            for (int32_t j = 0; j < i; j++)
+                dup |= mb->ids[j] == mb->ids[i];
+        } while (dup);
+    }
+}
+
+/* One read of every page of the experts (faults the mapping in). */
+static unsigned touch_experts(const tdm_model *m)
+{
+    unsigned acc = 0;
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const tdm_layer *L = tdm_model_layer(m, il);
+        const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int i = 0; i < 3 && L->ffn == TDM_FFN_MOE; i++)
+            for (size_t o = 0; o < w[i]->mat_bytes * (size_t)w[i]->n_mat; o += 4096)
+                acc += ((const volatile uint8_t *)w[i]->data)[o];
+    }
+    return acc;
+}
 
 /* What a GPU publisher does (gpu_handoff.cu): a plain release store, no wake. */
 static uint32_t publish_like_gpu(tdm_mailbox *mb)
@@ -47,7 +90,7 @@ static uint32_t publish_like_gpu(tdm_mailbox *mb)
     return s;
 }
 
-static void measure(tdm_pool *p, const mode *md, const char *what)
+static void measure(tdm_pool *p, mode *md, const char *what)
 {
     const int rounds = md->rounds, gap_us = md->gap_us;
     double *lat = malloc((size_t)rounds * sizeof *lat);
@@ -59,6 +102,8 @@ static void measure(tdm_pool *p, const mode *md, const char *what)
             usleep((useconds_t)gap_us);
         if (md->kick)
             tdm_pool_kick(p);
+        if (md->spread)
+            next_job(md, tdm_pool_mailbox(p));
         const double t0 = now_us();
         const uint32_t seq = md->gpu_publish ? publish_like_gpu(tdm_pool_mailbox(p)) : tdm_pool_publish(p);
         if (tdm_pool_wait(p, seq, NULL, &err)) {
@@ -76,8 +121,9 @@ static void measure(tdm_pool *p, const mode *md, const char *what)
 int main(int argc, char **argv)
 {
     const char *path = "models/demo/demo-Q4_K_M.gguf";
-    mode md = {.rounds = 2000};
+    mode md = {.rounds = 2000, .rng = 42};
     int threads = 0;
+    bool copy = false, bad = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
             md.rounds = atoi(argv[++i]);
@@ -89,12 +135,17 @@ int main(int argc, char **argv)
             md.gpu_publish = true;
         else if (!strcmp(argv[i], "--kick"))
             md.kick = true;
-        else
+        else if (!strcmp(argv[i], "--spread"))
+            md.spread = true;
+        else if (!strcmp(argv[i], "--expert-memory") && i + 1 < argc) {
+            copy = !strcmp(argv[++i], "copy");
+            bad |= !copy && strcmp(argv[i], "map");
+        } else
             path = argv[i];
     }
-    if (md.rounds < 1 || md.gap_us < 0 || threads < 0) {
+    if (md.rounds < 1 || md.gap_us < 0 || threads < 0 || bad) {
         fprintf(stderr, "usage: pool_handoff [MODEL.gguf] [--rounds N>0] [--gap-us G>=0] [--threads T>=0] "
-                        "[--gpu-publish] [--kick]\n");
+                        "[--gpu-publish] [--kick] [--spread] [--expert-memory map|copy]\n");
         return 2;
     }
     tdm_error err = {0};
@@ -104,6 +155,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "pool_handoff: %s\n", err.msg);
         return 1;
     }
+    size_t copied = 0;
+    if (copy && tdm_model_copy_experts(m, &copied, &err)) {
+        fprintf(stderr, "pool_handoff: %s\n", err.msg);
+        return 1;
+    }
+    if (md.spread) {
+        const double t0 = now_us();
+        const unsigned sum = touch_experts(m);
+        printf("experts %s%s: every page touched in %.2f s (%u)\n", copy ? "copied" : "mapped",
+               copy ? "" : " (in place)", (now_us() - t0) * 1e-6, sum & 1);
+    }
+    md.m = m;
     const tdm_hparams *hp = tdm_model_hparams(m);
     int32_t il = 0;
     while (il < hp->n_layer && tdm_model_layer(m, il)->ffn != TDM_FFN_MOE)
@@ -132,10 +195,13 @@ int main(int argc, char **argv)
     measure(p, &md, "hand-off, no expert");
     tdm_pool_set_residency(p, NULL);
     char what[64];
-    snprintf(what, sizeof what, "hand-off + %d missed experts", hp->n_expert_used);
+    snprintf(what, sizeof what, "hand-off + %d missed experts%s", hp->n_expert_used, md.spread ? " (spread)" : "");
+    tdm_pool_stats st0;
+    tdm_pool_get_stats(p, &st0);
     measure(p, &md, what);
     tdm_pool_stats st;
     tdm_pool_get_stats(p, &st);
+    st.jobs -= st0.jobs, st.ms -= st0.ms, st.bytes -= st0.bytes; /* the expert rounds only */
     printf("pool: %lld jobs, %.3f ms in jobs, %llu bytes read, %.2f GB/s inside jobs\n", (long long)st.jobs, st.ms,
            (unsigned long long)st.bytes, st.ms > 0 ? (double)st.bytes / 1e6 / st.ms : 0.0);
     tdm_pool_free(p);

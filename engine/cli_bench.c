@@ -31,6 +31,7 @@ const char tdm_cli_bench_help[] =
     "usage: tandem bench [-m MODEL] [--device D] [--threads LIST] [--prompt LIST] [--gen N]\n"
     "                    [--gpu-mem LIST] [--fill LIST] [--profile P.json] [--validate]\n"
     "                    [--hit-curve F | --zipf S] [--membw [GBPS]] [--json FILE] [--plot]\n"
+    "                    [--expert-memory map|copy]\n"
     "       tandem bench --revalidate FILE.json [-m MODEL | --preset NAME] [--vram-efficiency F]\n"
     "                    [--efficiency F] [--hit-curve F | --zipf S]\n"
     "       tandem bench --project [-m MODEL | --preset NAME] [projection options]\n"
@@ -49,6 +50,8 @@ const char tdm_cli_bench_help[] =
     "                    --profile); profile and adaptive need --profile\n"
     "  --profile P.json  expert profile (tandem profile) for the profile and adaptive fills\n"
     "  --adapt-every N   tokens between adaptive swaps (default: the policy's)\n"
+    "  --expert-memory M map (default) or copy: the CPU reads the experts from the file mapping,\n"
+    "                    or from a copy in huge-page memory (tdm_model_copy_experts)\n"
     "  --validate        hybrid: print projected against measured decode tok/s per point\n"
     "  --hit-curve F     hit-rate curve of the projection (a profile, cachesim JSON or CSV, as\n"
     "                    --project); default Zipf (--zipf S, 0.5); the layer fill is projected\n"
@@ -155,7 +158,10 @@ static bool parse_value(bench_opts *o, const char *a, const char *v, bool *bad)
     }
     else if (!strcmp(a, "--adapt-every"))
         *bad = !tdm_cli_parse_i32(v, 1, 1 << 24, &o->adapt_every);
-    else if (!strcmp(a, "--membw"))
+    else if (!strcmp(a, "--expert-memory")) {
+        o->expert_copy = !strcmp(v, "copy");
+        *bad = !o->expert_copy && strcmp(v, "map");
+    } else if (!strcmp(a, "--membw"))
         *bad = !tdm_cli_parse_double(v, 1e-9, 1e5, &o->membw);
     else if (!strcmp(a, "--zipf"))
         *bad = !tdm_cli_parse_double(v, 0, 10, &o->zipf);
@@ -418,6 +424,8 @@ int tdm_cli_bench(int argc, char **argv)
     char path[1024];
     tdm_status st = c.runs && c.skipped ? tdm_model_load(o.model, &model, &err)
                                         : tdm_error_set(&err, TDM_ERR_OOM, "runs");
+    if (!st && o.expert_copy)
+        st = tdm_model_copy_experts(model, NULL, &err);
     if (!st)
         st = run_bench(&c, model, path, sizeof path, &err);
     tdm_profile_free(c.prof);

@@ -40,6 +40,7 @@ typedef struct bench_opts {
     double membw, efficiency, zipf; /* zipf < 0: the projection default */
     double vram_eff;                /* 0: the default of the mode */
     bool plot, measure, validate;
+    bool expert_copy;               /* --expert-memory copy */
     size_t probe_bytes;
     tdm_device device;
 } bench_opts;

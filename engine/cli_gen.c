@@ -59,6 +59,8 @@ bool cli_gen_cache_option(const char *a, const char *v, cli_gen_opts *o, bool *o
         *ok = tdm_cli_parse_float(v, 1e-6, 1, &o->adapt_decay);
     else if (!strcmp(a, "--profile-save"))
         *ok = true, o->profile_save = v;
+    else if (!strcmp(a, "--expert-memory"))
+        *ok = v && (!strcmp(v, "map") || !strcmp(v, "copy")), o->expert_copy = v && !strcmp(v, "copy");
     else
         return false;
     if (!v)
@@ -215,6 +217,13 @@ static tdm_status open_session(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error 
         return tdm_error_set(err, TDM_ERR_UNSUPPORTED,
                              "the expert cache options need a GPU (none is visible): use --hybrid-emulate");
     const bool hybrid = o->emulate || (dev == TDM_DEVICE_CUDA && wants_hybrid(o, c));
+    if (o->expert_copy && (hybrid || dev == TDM_DEVICE_CPU)) { /* the CPU reads the experts */
+        size_t bytes = 0;
+        const tdm_status cs = tdm_model_copy_experts(c->model, &bytes, err);
+        if (cs)
+            return cs;
+        fprintf(stderr, "experts: %.2f GiB copied into huge-page memory\n", (double)bytes / (1 << 30));
+    }
     if (!hybrid)
         return tdm_session_new_device(c->model, o->ctx, dev, &c->sess, err);
     tdm_status st = tdm_topology_load(&c->topo, err);

@@ -39,6 +39,7 @@ typedef struct cli_gen_opts {
     const char *profile_save; /* --profile-save FILE: the run's routing (+ --profile's counts) */
     bool stats;             /* --stats: the executor's line on stderr at the end */
     bool emulate;           /* --hybrid-emulate */
+    bool expert_copy;       /* --expert-memory copy (tdm_model_copy_experts) */
 } cli_gen_opts;
 
 /* Usage lines of the options above shared by every generation command
@@ -57,6 +58,9 @@ typedef struct cli_gen_opts {
     "                    split evenly over the layers so every layer can swap)\n" \
     "  --profile-save F  write the routing seen in this run (added to --profile's) as a profile\n" \
     "  --threads N       also the CPU pool's threads (default: physical cores - 1)\n" \
+    "  --expert-memory M map: the CPU reads expert weights in place from the file mapping (default);\n" \
+    "                    copy: copies them once into huge-page memory (local NUMA node, or\n" \
+    "                    interleaved over several) for the CPU pool / CPU forward\n" \
     "  --stats           print the executor's line (hit rate, GPU/pool/wait ms, pool GB/s) at the end\n" \
     "  --hybrid-emulate  the same schedule with the GPU side emulated on the host (CPU only)\n"
 

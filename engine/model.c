@@ -1,9 +1,11 @@
 /* model: hyper-parameters from GGUF metadata and tensor binding (see model.h). */
 #include "model.h"
 
+#include <numa.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 struct tdm_model {
     tdm_gguf *g;
@@ -15,6 +17,9 @@ struct tdm_model {
     tdm_weight output_norm;
     tdm_weight output;
     bool tied;
+    void *experts;         /* tdm_model_copy_experts' region (mmap or libnuma), NULL: none */
+    size_t experts_bytes;  /* its mapped size */
+    bool experts_numa;     /* from numa_alloc_interleaved */
 };
 
 static const char *const arch_names[] = {"qwen3moe", "qwen3next", "qwen35moe"};
@@ -419,10 +424,97 @@ tdm_status tdm_model_load(const char *path, tdm_model **out, tdm_error *err)
     return st;
 }
 
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* The three expert tensors of layer il that the copy moves (NULL-data ones
+ * are skipped by the callers). */
+static tdm_weight *expert_weight(tdm_model *m, int32_t il, int i)
+{
+    tdm_layer *L = &m->layers[il];
+    return i == 0 ? &L->gate_exps : i == 1 ? &L->up_exps : &L->down_exps;
+}
+
+static size_t copy_span(const tdm_weight *w)
+{
+    return (w->mat_bytes * (size_t)w->n_mat + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+}
+
+/* MemAvailable of /proc/meminfo in bytes (free memory plus what the kernel
+ * can reclaim, page cache included); 0 when unknown. */
+static uint64_t mem_available(void)
+{
+    FILE *fp = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (fp && fgets(line, sizeof line, fp))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    if (fp)
+        fclose(fp);
+    return (uint64_t)kb * 1024u;
+}
+
+tdm_status tdm_model_copy_experts(tdm_model *m, size_t *bytes, tdm_error *err)
+{
+    size_t total = 0, copied = 0;
+    for (int32_t il = 0; il < m->hp.n_layer; il++)
+        for (int i = 0; i < 3; i++) {
+            const tdm_weight *w = expert_weight(m, il, i);
+            if (m->layers[il].ffn == TDM_FFN_MOE && w->data) {
+                total += copy_span(w);
+                copied += w->mat_bytes * (size_t)w->n_mat;
+            }
+        }
+    if (bytes)
+        *bytes = copied;
+    if (m->experts || total == 0)
+        return TDM_OK;
+    const uint64_t avail = mem_available();
+    if (avail && total + ((size_t)1 << 30) > avail) /* anonymous memory is not refused up front: ask first */
+        return tdm_error_set(err, TDM_ERR_OOM,
+                             "model: a copy of the experts needs %.2f GiB and only %.2f GiB are available "
+                             "(read them in place from the mapping instead)",
+                             (double)total / (1 << 30), (double)avail / (1 << 30));
+    const size_t mapped = total + HUGE_PAGE; /* room to start on a huge-page boundary */
+    const bool numa = numa_available() >= 0 && numa_num_configured_nodes() > 1;
+    void *region = numa ? numa_alloc_interleaved(mapped)
+                        : mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (numa ? region == NULL : region == MAP_FAILED)
+        return tdm_error_set(err, TDM_ERR_OOM, "model: no memory for a copy of the experts (%.2f GiB)",
+                             (double)total / (1 << 30));
+    uint8_t *base = (uint8_t *)(((uintptr_t)region + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+#ifdef MADV_HUGEPAGE
+    madvise(base, total, MADV_HUGEPAGE); /* a hint: without THP the copy still works */
+#endif
+    size_t off = 0;
+    for (int32_t il = 0; il < m->hp.n_layer; il++)
+        for (int i = 0; i < 3; i++) {
+            tdm_weight *w = expert_weight(m, il, i);
+            if (m->layers[il].ffn != TDM_FFN_MOE || !w->data)
+                continue;
+            const size_t n = w->mat_bytes * (size_t)w->n_mat;
+#pragma omp parallel for schedule(static)
+            for (size_t c = 0; c < (n + HUGE_PAGE - 1) / HUGE_PAGE; c++) {
+                const size_t o = c * HUGE_PAGE, len = n - o < HUGE_PAGE ? n - o : HUGE_PAGE;
+                memcpy(base + off + o, (const uint8_t *)w->data + o, len);
+            }
+            w->data = base + off;
+            off += copy_span(w);
+        }
+    m->experts = region;
+    m->experts_bytes = mapped;
+    m->experts_numa = numa;
+    return TDM_OK;
+}
+
 void tdm_model_free(tdm_model *m)
 {
     if (!m)
         return;
+    if (m->experts && m->experts_numa)
+        numa_free(m->experts, m->experts_bytes);
+    else if (m->experts)
+        munmap(m->experts, m->experts_bytes);
     free(m->layers);
     tdm_gguf_free(m->g);
     free(m);

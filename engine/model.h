@@ -18,8 +18,9 @@
  * - The MTP block(s) blk.{n_layer}.* are bound into mtp[] and never run by
  *   the main forward.
  *
- * Ownership: the model owns the mapping; every pointer it hands out lives
- * until tdm_model_free(). A loaded model is read-only and thread-safe.
+ * Ownership: the model owns the mapping (and the expert copy below); every
+ * pointer it hands out lives until tdm_model_free(). A loaded model is
+ * read-only and thread-safe once tdm_model_copy_experts(), if used, is done.
  */
 #ifndef TDM_MODEL_H
 #define TDM_MODEL_H
@@ -143,6 +144,18 @@ tdm_status tdm_model_load(const char *path, tdm_model **out, tdm_error *err);
 /* Binds an already open GGUF; the model takes ownership of g (also on failure). */
 tdm_status tdm_model_from_gguf(tdm_gguf *g, tdm_model **out, tdm_error *err);
 void tdm_model_free(tdm_model *m);
+
+/* Copies the routed experts' weights (gate/up/down_exps of every MoE layer)
+ * out of the file mapping into anonymous memory asking for transparent huge
+ * pages (2 MiB pages: far fewer TLB misses when the CPU pool reads whole
+ * experts), placed on the local NUMA node, or interleaved over the nodes
+ * when the machine has several (the pool spans all of them), and rebinds
+ * those weights to the copy. Costs their size in RAM on top of the page
+ * cache (which the kernel may reclaim). Call before any forward, pool or
+ * session uses the model; a second call does nothing. *bytes (may be NULL):
+ * the experts' bytes (copied now or before). TDM_ERR_OOM when the memory cannot be had or
+ * MemAvailable would not cover it with 1 GiB to spare (the model stays as it was). */
+tdm_status tdm_model_copy_experts(tdm_model *m, size_t *bytes, tdm_error *err);
 
 const tdm_hparams *tdm_model_hparams(const tdm_model *m);
 /* Layer il in 0..n_layer-1. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tandem run --hybrid-emulate`: the same greedy text as the CPU path at 0%,
-# ~50% (with the demo profile) and 100% of the experts cached and with the
-# adaptive policy; the stats line; the ledger's refusal and bad options.
+# ~50% (with the demo profile) and 100% of the experts cached, with the
+# adaptive policy and with the experts copied to huge-page memory; the stats
+# line; the ledger's refusal and bad options.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -15,7 +16,7 @@ run() { timeout 120 "$T" run --device cpu -m "$M" -p "Once upon a time" -n 16 --
 run >"$tmp/ref.txt" 2>/dev/null
 fail=0
 for opts in "--cache-experts 0" "--cache-experts 96 --profile profiles/demo.profile.json" "--cache-experts 192" \
-            "--cache-experts 40 --policy adaptive --threads 2" "--gpu-mem 64M"; do
+            "--cache-experts 40 --policy adaptive --threads 2" "--gpu-mem 64M" "--cache-experts 0 --expert-memory copy"; do
     # shellcheck disable=SC2086
     run --hybrid-emulate $opts --stats >"$tmp/out.txt" 2>"$tmp/err.txt"
     if ! cmp -s "$tmp/ref.txt" "$tmp/out.txt"; then echo "FAIL text differs: $opts"; fail=1; fi
@@ -37,7 +38,8 @@ if run --hybrid-emulate --gpu-mem 1M >/dev/null 2>"$tmp/err.txt"; then echo "FAI
 grep -q "needed before any expert slot" "$tmp/err.txt" || { echo "FAIL refusal message: $(cat "$tmp/err.txt")"; fail=1; }
 for bad in "--hybrid-emulate" "--cache-experts 5" "--hybrid-emulate --cache-experts x" \
            "--hybrid-emulate --gpu-mem 12Q" "--hybrid-emulate --cache-experts 4 --policy nope" \
-           "--hybrid-emulate --cache-experts 4 --adapt-decay 2" "--profile-save /nonexistent/dir/p.json --hybrid-emulate --cache-experts 4"; do
+           "--hybrid-emulate --cache-experts 4 --adapt-decay 2" "--profile-save /nonexistent/dir/p.json --hybrid-emulate --cache-experts 4" \
+           "--expert-memory huge"; do
     # shellcheck disable=SC2086
     if run $bad >/dev/null 2>&1; then echo "FAIL accepted: $bad"; fail=1; fi
 done

@@ -3,7 +3,7 @@
  * mis-shaped tensor, bad metadata and an unknown architecture are clear
  * errors naming the culprit; a missing output.weight means tied embeddings;
  * the demo's MTP block is bound aside; layer kinds follow
- * full_attention_interval. */
+ * full_attention_interval; the expert copy (tdm_model_copy_experts). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -307,6 +307,66 @@ static void test_dense_layer(void **state)
     free(moe);
 }
 
+/* tdm_model_copy_experts: every routed expert tensor moves to a 2 MiB-aligned
+ * copy with the file's bytes, nothing else moves, a second call changes
+ * nothing, and the forward's logits stay bit-identical. */
+static void test_copy_experts(void **state)
+{
+    (void)state;
+    const char *root = getenv("TDM_ROOT");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/demo/demo-Q4_K_M.gguf", root && *root ? root : ".");
+    tdm_model *m;
+    tdm_error err = {0};
+    assert_int_equal(tdm_model_load(path, &m, &err), TDM_OK);
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    const int32_t tok[6] = {97, 11, 187, 0, 315, 13};
+    const int V = hp->n_vocab;
+    float *before = malloc((size_t)V * sizeof(float)), *after = malloc((size_t)V * sizeof(float));
+    tdm_forward *f;
+    assert_int_equal(tdm_forward_new(m, 16, 8, &f, &err), TDM_OK);
+    assert_int_equal(tdm_forward_eval(f, tok, 6, 0, before, false, &err), TDM_OK);
+    tdm_forward_free(f);
+    enum { MAXL = 64 };
+    assert_true(hp->n_layer <= MAXL);
+    const void *orig[MAXL][3], *shexp[MAXL];
+    size_t want = 0;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const tdm_layer *L = tdm_model_layer(m, il);
+        const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int i = 0; i < 3; i++) {
+            orig[il][i] = w[i]->data;
+            want += w[i]->mat_bytes * (size_t)w[i]->n_mat;
+        }
+        shexp[il] = L->gate_shexp.data;
+    }
+    size_t bytes = 0;
+    assert_int_equal(tdm_model_copy_experts(m, &bytes, &err), TDM_OK);
+    assert_int_equal(bytes, want);
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const tdm_layer *L = tdm_model_layer(m, il);
+        const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int i = 0; i < 3; i++) {
+            assert_ptr_not_equal(w[i]->data, orig[il][i]);
+            assert_int_equal((uintptr_t)w[i]->data % (2u << 20), 0);
+            assert_memory_equal(w[i]->data, orig[il][i], w[i]->mat_bytes * (size_t)w[i]->n_mat);
+        }
+        assert_ptr_equal(L->gate_shexp.data, shexp[il]); /* only the routed experts move */
+    }
+    const void *first = tdm_model_layer(m, 0)->gate_exps.data;
+    size_t again = 0;
+    assert_int_equal(tdm_model_copy_experts(m, &again, &err), TDM_OK);
+    assert_int_equal(again, bytes);
+    assert_ptr_equal(tdm_model_layer(m, 0)->gate_exps.data, first);
+    assert_int_equal(tdm_forward_new(m, 16, 8, &f, &err), TDM_OK);
+    assert_int_equal(tdm_forward_eval(f, tok, 6, 0, after, false, &err), TDM_OK);
+    tdm_forward_free(f);
+    assert_memory_equal(before, after, (size_t)V * sizeof(float));
+    printf("  demo: %.1f MiB of experts copied, logits unchanged\n", (double)bytes / (1 << 20));
+    free(before), free(after);
+    tdm_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -315,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_tied_output),
         cmocka_unit_test(test_demo_mtp_bound),
         cmocka_unit_test(test_dense_layer),
+        cmocka_unit_test(test_copy_experts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
