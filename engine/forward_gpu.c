@@ -16,7 +16,6 @@
             return st_;      \
     } while (0)
 
-#define MV_MAX TDM_GPU_MATVEC_MAX_TOK
 #define MM_CHUNK_ROWS 8192 /* rows per fp16 dequant chunk of the prompt GEMM */
 #define LOGIT_ROWS 32      /* rows of logits computed per head pass */
 
@@ -78,9 +77,9 @@ struct tdm_forward_gpu {
     void *mm_scratch;
     size_t mm_bytes;
     void *moe_scratch;         /* grouped MoE of prompt batches (tdm_gpu_moe_prefill), NULL: none */
+    size_t moe_bytes;
     void *attn_scratch;        /* attention split partials (tdm_gpu_attention), zeroed once */
     size_t attn_bytes;
-    size_t moe_bytes;
 
     /* host */
     float *hx;                 /* pinned [B][n_embd] embeddings */
@@ -521,7 +520,7 @@ static tdm_status create(const tdm_model *m, int device, int32_t n_ctx, int32_t 
     f->hp = hp;
     f->n_ctx = n_ctx;
     f->B = max_batch < n_ctx ? max_batch : n_ctx;
-    f->mm_min = MV_MAX;
+    f->mm_min = TDM_GPU_MATVEC_MAX_TOK; /* longer batches of quantised weights: the GEMM */
     f->graphs = true;
     f->hybrid = xp != NULL;
     size_dims(f);

@@ -17,8 +17,8 @@
  * products that share their input as one (q|k|v, DeltaNet qkv|z and
  * beta|alpha, router|shared gate: uploaded back to back). Longer batches use
  * tdm_gpu_matmul (fp16 GEMM) except for F32 weights (routers, the f32 test
- * models), which stay on matvec in chunks of 8 so routing decisions see
- * float32 logits, and the grouped MoE path (tdm_gpu_moe_prefill). Expert
+ * models), which stay on matvec (one launch, 8-token groups) so routing
+ * decisions see float32 logits, and the grouped MoE path (tdm_gpu_moe_prefill). Expert
  * weights: per layer one arena with a slot per expert (gate|up|down, copied
  * from the file's 3-D tensors) and an identity residency table, so the fused
  * kernels of the hybrid path run unchanged. Dense (mlp_only) layers are a

@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     for (int w = 0; w < ATTN_WARPS; w++)
         L += s_l[w] * attn_rescale(s_m[w], M);
     const int64_t pitch = head_dim + 2; /* a partial: max, sum, head_dim outputs */
-    float *mine = part + (((int64_t)t * n_head + h) * nsplit + split) * pitch;
+    float *mine = nsplit > 1 ? part + (((int64_t)t * n_head + h) * nsplit + split) * pitch : NULL;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
         float v = 0.0f;
         for (int w = 0; w < ATTN_WARPS; w++)
