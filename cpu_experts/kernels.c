@@ -240,6 +240,17 @@ float tdm_vec_dot(tdm_qtype wt, int64_t n, const void *w, const void *xq)
 /* Software prefetch PREFETCH_BYTES ahead of the row being computed (whole
  * rows, at least one): the kernels need a good part of a core's time per
  * byte, so the DRAM latency must be hidden ahead of the hardware streamer. */
+/* Rows of more bytes than this are multiplied one at a time, not four side
+ * by side: four rows of 0.5-2 KB interleave four streams through DRAM, which
+ * the hardware prefetchers follow badly (AVX2 VM, one token, weights from
+ * DRAM, `bench/matvec --bytes 256M --threads 1,2`: Q4_K 512x2048 (1152 B
+ * rows) 2.1-2.6 GB/s with four rows at a time, 6.5-7.6 with one; 2 threads
+ * 3.6-4.3 -> 9.3-11.0; Q8_0 2048x512 (544 B rows) 2 threads 5.1-6.4 ->
+ * 10.4-11.2; in cache both drivers ~10 GB/s). Rows of <= 512 B (Q4_K/Q6_K
+ * down projections) keep the four-row driver: its four rows are one
+ * contiguous stream, and single rows measured no better there. */
+#define DOT4_MAX_ROW_BYTES 512
+
 #ifndef TDM_NO_PREFETCH
 #define PREFETCH_BYTES 4096
 static inline void prefetch_row(const uint8_t *p, size_t bytes)
@@ -319,6 +330,8 @@ void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, in
         tile = 1;
     if (ntok == 1)
         tile = r1 - r0;
+    if (c.row_bytes > DOT4_MAX_ROW_BYTES)
+        c.dot4 = NULL;
     if (c.row_bytes)
         c.pf_rows = (int64_t)((PREFETCH_BYTES + c.row_bytes - 1) / c.row_bytes);
     if (c.pf_rows < 1)
