@@ -218,15 +218,22 @@ static void test_tied_output(void **state)
     free(buf);
 }
 
-static void test_demo_mtp_bound(void **state)
+/* The demo model (caller frees). */
+static tdm_model *load_demo(void)
 {
-    (void)state;
     const char *root = getenv("TDM_ROOT");
     char path[1024];
     snprintf(path, sizeof path, "%s/models/demo/demo-Q4_K_M.gguf", root && *root ? root : ".");
     tdm_model *m;
     tdm_error err = {0};
     assert_int_equal(tdm_model_load(path, &m, &err), TDM_OK);
+    return m;
+}
+
+static void test_demo_mtp_bound(void **state)
+{
+    (void)state;
+    tdm_model *m = load_demo();
     const tdm_hparams *hp = tdm_model_hparams(m);
     assert_int_equal(hp->n_layer, 8);
     assert_int_equal(hp->n_nextn, 1);
@@ -313,12 +320,8 @@ static void test_dense_layer(void **state)
 static void test_copy_experts(void **state)
 {
     (void)state;
-    const char *root = getenv("TDM_ROOT");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/demo/demo-Q4_K_M.gguf", root && *root ? root : ".");
-    tdm_model *m;
+    tdm_model *m = load_demo();
     tdm_error err = {0};
-    assert_int_equal(tdm_model_load(path, &m, &err), TDM_OK);
     const tdm_hparams *hp = tdm_model_hparams(m);
     const int32_t tok[6] = {97, 11, 187, 0, 315, 13};
     const int V = hp->n_vocab;
