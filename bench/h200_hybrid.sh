@@ -4,7 +4,8 @@
 #      (the comparison with llama.cpp at the same VRAM budget);
 #   b) the same grid on the default-skew model;
 #   c) skewed model, 12 GiB, threads 2,4,8,15 with --validate (projection vs measured);
-#   d) skewed model, 12 GiB, 8 threads, fills layer / profile / adaptive.
+#   d) skewed model, 12 GiB, 8 threads, fills layer / profile / adaptive;
+#   e) skewed model, 12 GiB, 8 threads, experts copied to huge-page memory (--expert-memory copy).
 # Needs `make -j16 BUILD=build/dev DEPS_PREFIX=/tmp/deps CUDA_ARCHS=90 CUDA_PTX=90` first; run from
 # anywhere. Writes JSON, PNGs, per-step output and a log into $OUT (default /tmp/h200_hybrid).
 # Models: /tmp/q35.gguf and /tmp/q35u.gguf (~20 GB each; reused when present, FORCE_SYNTH=1 to
@@ -77,6 +78,10 @@ else
     step d-fills 150 "$T" bench -m "$SKEW" "${common[@]}" --gpu-mem 12 --threads 8 --fill layer \
         --validate --json "$OUT/d-fills.json"
 fi
+
+# e) the experts read from a huge-page copy instead of the file mapping (compare with d's layer fill)
+step e-expert-copy 150 "$T" bench -m "$SKEW" "${common[@]}" --gpu-mem 12 --threads 8 --fill layer \
+    --expert-memory copy --validate --json "$OUT/e-expert-copy.json"
 
 {
     echo
