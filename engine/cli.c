@@ -108,6 +108,14 @@ bool tdm_cli_parse_double(const char *s, double lo, double hi, double *out)
     return true;
 }
 
+bool tdm_cli_parse_expert_memory(const char *s, bool *copy)
+{
+    if (!s || (strcmp(s, "map") && strcmp(s, "copy")))
+        return false;
+    *copy = !strcmp(s, "copy");
+    return true;
+}
+
 bool tdm_cli_parse_float(const char *s, double lo, double hi, float *out)
 {
     double v;

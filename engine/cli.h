@@ -30,6 +30,8 @@ bool tdm_cli_parse_long(const char *s, long lo, long hi, long *out);
 bool tdm_cli_parse_i32(const char *s, long lo, long hi, int32_t *out);
 bool tdm_cli_parse_double(const char *s, double lo, double hi, double *out);
 bool tdm_cli_parse_float(const char *s, double lo, double hi, float *out);
+/* --expert-memory: "map" (*copy false) or "copy" (true); false for anything else. */
+bool tdm_cli_parse_expert_memory(const char *s, bool *copy);
 
 /* Parses sizes like "12G", "512M", "1.5G", "1024" (bytes). false on bad input. */
 bool tdm_cli_parse_size(const char *s, uint64_t *out);

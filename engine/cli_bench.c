@@ -158,10 +158,9 @@ static bool parse_value(bench_opts *o, const char *a, const char *v, bool *bad)
     }
     else if (!strcmp(a, "--adapt-every"))
         *bad = !tdm_cli_parse_i32(v, 1, 1 << 24, &o->adapt_every);
-    else if (!strcmp(a, "--expert-memory")) {
-        o->expert_copy = !strcmp(v, "copy");
-        *bad = !o->expert_copy && strcmp(v, "map");
-    } else if (!strcmp(a, "--membw"))
+    else if (!strcmp(a, "--expert-memory"))
+        *bad = !tdm_cli_parse_expert_memory(v, &o->expert_copy);
+    else if (!strcmp(a, "--membw"))
         *bad = !tdm_cli_parse_double(v, 1e-9, 1e5, &o->membw);
     else if (!strcmp(a, "--zipf"))
         *bad = !tdm_cli_parse_double(v, 0, 10, &o->zipf);

@@ -60,7 +60,7 @@ bool cli_gen_cache_option(const char *a, const char *v, cli_gen_opts *o, bool *o
     else if (!strcmp(a, "--profile-save"))
         *ok = true, o->profile_save = v;
     else if (!strcmp(a, "--expert-memory"))
-        *ok = v && (!strcmp(v, "map") || !strcmp(v, "copy")), o->expert_copy = v && !strcmp(v, "copy");
+        *ok = tdm_cli_parse_expert_memory(v, &o->expert_copy);
     else
         return false;
     if (!v)
