@@ -251,7 +251,9 @@ static void test_demo(void **state)
             break;
         int32_t tok[1024];
         const int np = fx_ints(cJSON_GetObjectItem(c, "prompt_tokens"), tok, 512);
-        const int ng = fx_ints(cJSON_GetObjectItem(c, "greedy_tokens"), tok + np, 512);
+        int ng = fx_ints(cJSON_GetObjectItem(c, "greedy_tokens"), tok + np, 512);
+        if (gm_sanitized() && ng > 8)
+            ng = 8; /* the same kernels on fewer decode steps: racecheck serialises them */
         const int n = np + ng - 1;
         baseline b = make_baseline(m, tok, np, n, tdm_model_hparams(m)->n_vocab);
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
