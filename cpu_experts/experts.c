@@ -3,19 +3,19 @@
 
 #include <math.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
 
-/* A dynamically scheduled phase: the rows of every used expert cut into
- * blocks of rb rows; item w is block w % nblk of expert used[w / nblk], so the
- * items go expert by expert in id order. */
+/* A phase's items: the rows of every used expert cut into blocks of rb rows;
+ * item w is block w % nblk of expert used[w / nblk], so the items go expert by
+ * expert in id order. */
 typedef struct phase {
     int64_t rows, rb;
     int32_t nblk, n_items;
-    _Alignas(64) _Atomic int32_t next; /* next item to take; own line, as every thread bumps it */
 } phase;
 
 /* The call in progress: written by thread 0 before the team starts, then read-only. */
@@ -50,8 +50,12 @@ struct tdm_experts_scratch {
     int32_t *tcnt;      /* [max_tok + 1] selections per token, then offsets */
     int32_t *tlist;     /* [max_sel] selection ids grouped by token, in list order */
     size_t bytes;
+    _Atomic int32_t *left; /* [max_expert] per used expert: gate/up items not yet done; -1 once its
+                            * hidden rows are quantised for down */
     job job;
     phase gu, dn;       /* gate/up rows (n_ff per expert), down rows (n_embd) */
+    _Alignas(64) _Atomic int32_t next; /* next item: gate/up items, then down items; own line, as
+                                        * every thread bumps it */
 };
 
 /* Largest activation row of n elements over every format (F32 is the widest). */
@@ -78,6 +82,7 @@ void tdm_experts_scratch_free(tdm_experts_scratch *s)
     free(s->pos);
     free(s->tcnt);
     free(s->tlist);
+    free(s->left);
     free(s);
 }
 
@@ -125,7 +130,8 @@ tdm_status tdm_experts_scratch_new(int64_t max_embd, int64_t max_ff, int32_t max
     s->pos = malloc(ns * sizeof(int32_t));
     s->tcnt = malloc((nt + 1) * sizeof(int32_t));
     s->tlist = malloc(ns * sizeof(int32_t));
-    if (!s->xq_tok || !s->xq_tok2 || !s->xs || !s->xs2 || !s->g || !s->u || !s->hq || !s->y || !s->cnt ||
+    s->left = malloc((size_t)max_expert * sizeof *s->left);
+    if (!s->left || !s->xq_tok || !s->xq_tok2 || !s->xs || !s->xs2 || !s->g || !s->u || !s->hq || !s->y || !s->cnt ||
         !s->off || !s->used || !s->pos || !s->tcnt || !s->tlist) {
         tdm_experts_scratch_free(s);
         return tdm_error_set(err, TDM_ERR_OOM, "experts scratch of %zu bytes", s->bytes);
@@ -191,13 +197,17 @@ static int32_t sort_selections(const tdm_experts_desc *d, int32_t n_tok, const t
     return used;
 }
 
-/* Cuts every used expert's `rows` into blocks so that there are several
- * blocks per thread in total (dynamic scheduling evens out the rest). Blocks
- * start at multiples of 4 rows, so every row is computed the same way for any
- * thread count. Runs before the team starts: the worker needs no plan phase. */
+/* Cuts every used expert's `rows` into blocks so that there are about
+ * ITEMS_PER_THREAD blocks per thread in total: the dynamic schedule evens out
+ * the rest, and a thread's last block, all that can be left over when the
+ * others are done, is short. Blocks start at multiples of 4 rows, so every row
+ * is computed the same way for any thread count. */
+#define ITEMS_PER_THREAD 8
+
 static void plan(phase *ph, int64_t rows, int32_t used, int nth)
 {
-    int64_t rb = (rows * used + (int64_t)nth * 4 - 1) / ((int64_t)nth * 4);
+    const int64_t parts = (int64_t)nth * ITEMS_PER_THREAD;
+    int64_t rb = (rows * used + parts - 1) / parts;
     if (rb < MIN_ROWS)
         rb = MIN_ROWS;
     rb = (rb + 3) & ~(int64_t)3;
@@ -205,19 +215,14 @@ static void plan(phase *ph, int64_t rows, int32_t used, int nth)
     ph->rb = rb;
     ph->nblk = (int32_t)((rows + rb - 1) / rb);
     ph->n_items = used * ph->nblk;
-    atomic_store_explicit(&ph->next, 0, memory_order_relaxed); /* published by the team's start */
 }
 
-/* Takes the next item of ph: expert *e, rows [*r0, *r1). False when none is left. */
-static bool take(const tdm_experts_scratch *s, phase *ph, int32_t *e, int64_t *r0, int64_t *r1)
+/* Item w of ph: the index of its expert in s->used, rows [*r0, *r1). */
+static int32_t item(const phase *ph, int32_t w, int64_t *r0, int64_t *r1)
 {
-    const int32_t w = atomic_fetch_add_explicit(&ph->next, 1, memory_order_relaxed);
-    if (w >= ph->n_items)
-        return false;
-    *e = s->used[w / ph->nblk];
     *r0 = (int64_t)(w % ph->nblk) * ph->rb;
     *r1 = *r0 + ph->rb < ph->rows ? *r0 + ph->rb : ph->rows;
-    return true;
+    return w / ph->nblk;
 }
 
 /* Thread tid's contiguous share [*i0, *i1) of n (what schedule(static) gives). */
@@ -238,19 +243,64 @@ static inline float silu(float v)
     return v / (1.0f + expf(-v));
 }
 
-/* Thread tid of nth: every phase of the call, a barrier between phases. The
- * output of each step lands in the same place whoever computes it, and every
- * token's terms are summed in list order, so the bits do not depend on nth. */
+/* Gate/up item: rows [r0, r1) of expert used[ei] against all its tokens, then
+ * SwiGLU on those rows. The thread that completes the expert's last item
+ * quantises its hidden rows for down and marks the expert ready (left = -1,
+ * release; the acq_rel decrements before it make every item's rows visible). */
+static void gate_up_item(tdm_experts_scratch *s, const job *j, int32_t ei, int64_t r0, int64_t r1)
+{
+    const tdm_experts_desc *d = j->d;
+    const int64_t D = d->n_embd, F = d->n_ff;
+    const int32_t e = s->used[ei], o = s->off[e], c = s->cnt[e];
+    tdm_matmul_rows(d->gate_type, D, (const uint8_t *)d->gate + (size_t)e * d->gate_stride, j->rg, r0, r1,
+                    s->xs + (size_t)o * j->ag, j->ag, c, s->g + (size_t)o * F, (size_t)F);
+    tdm_matmul_rows(d->up_type, D, (const uint8_t *)d->up + (size_t)e * d->up_stride, j->ru, r0, r1,
+                    (j->same_act ? s->xs : s->xs2) + (size_t)o * j->au, j->au, c, s->u + (size_t)o * F, (size_t)F);
+    for (int32_t p = o; p < o + c; p++) {
+        float *g = s->g + (size_t)p * F;
+        const float *u = s->u + (size_t)p * F;
+        for (int64_t q = r0; q < r1; q++)
+            g[q] = silu(g[q]) * u[q];
+    }
+    if (atomic_fetch_sub_explicit(&s->left[ei], 1, memory_order_acq_rel) != 1)
+        return;
+    for (int32_t p = o; p < o + c; p++)
+        tdm_act_quantize(d->down_type, s->g + (size_t)p * F, s->hq + (size_t)p * j->ad, F);
+    atomic_store_explicit(&s->left[ei], -1, memory_order_release);
+}
+
+/* Down item: waits until expert used[ei] is ready (its gate/up items were all
+ * taken before any down item, by threads that are running them), then rows
+ * [r0, r1) of its down matrix against all its tokens. */
+static void down_item(tdm_experts_scratch *s, const job *j, int32_t ei, int64_t r0, int64_t r1)
+{
+    const tdm_experts_desc *d = j->d;
+    const int64_t D = d->n_embd, F = d->n_ff;
+    for (int i = 0; atomic_load_explicit(&s->left[ei], memory_order_acquire) != -1; i++) {
+        if (i < 4096)
+            tdm_cpu_relax();
+        else
+            sched_yield(); /* more threads than cores: let the one finishing the expert run */
+    }
+    const int32_t e = s->used[ei], o = s->off[e], c = s->cnt[e];
+    tdm_matmul_rows(d->down_type, F, (const uint8_t *)d->down + (size_t)e * d->down_stride, j->rd, r0, r1,
+                    s->hq + (size_t)o * j->ad, j->ad, c, s->y + (size_t)o * D, (size_t)D);
+}
+
+/* Thread tid of nth: the activations (two barriers), then one stream of items
+ * (every gate/up item, then every down item, each expert's down waiting only
+ * for that expert), a barrier, the weighted sums. The output of each step
+ * lands in the same place whoever computes it, and every token's terms are
+ * summed in list order, so the bits do not depend on nth. */
 static void work(void *arg, int tid, int nth)
 {
     tdm_experts_scratch *s = arg;
     const job *j = &s->job;
     const tdm_experts_desc *d = j->d;
     const tdm_expert_sel *sel = j->sel;
-    const int64_t D = d->n_embd, F = d->n_ff;
-    const size_t ag = j->ag, au = j->au, ad = j->ad;
-    const uint8_t *xs_up = j->same_act ? s->xs : s->xs2;
-    int32_t i0, i1, e;
+    const int64_t D = d->n_embd;
+    const size_t ag = j->ag, au = j->au;
+    int32_t i0, i1;
     int64_t r0, r1;
     /* 1. quantise each token once per activation format, then place copies in expert order */
     share(j->n_tok, tid, nth, &i0, &i1);
@@ -269,32 +319,20 @@ static void work(void *arg, int tid, int nth)
             memcpy(s->xs2 + (size_t)s->pos[i] * au, s->xq_tok2 + (size_t)sel[i].token * au, au);
     }
     sync_team(j, nth);
-    /* 2. gate and up rows of every used expert against all its tokens */
-    while (take(s, &s->gu, &e, &r0, &r1)) {
-        const int32_t o = s->off[e], c = s->cnt[e];
-        tdm_matmul_rows(d->gate_type, D, (const uint8_t *)d->gate + (size_t)e * d->gate_stride, j->rg, r0, r1,
-                        s->xs + (size_t)o * ag, ag, c, s->g + (size_t)o * F, (size_t)F);
-        tdm_matmul_rows(d->up_type, D, (const uint8_t *)d->up + (size_t)e * d->up_stride, j->ru, r0, r1,
-                        xs_up + (size_t)o * au, au, c, s->u + (size_t)o * F, (size_t)F);
+    /* 2. gate/up (+ SwiGLU, + quantising for down) and down items */
+    for (;;) {
+        const int32_t w = atomic_fetch_add_explicit(&s->next, 1, memory_order_relaxed);
+        if (w >= s->gu.n_items + s->dn.n_items)
+            break;
+        const bool gu = w < s->gu.n_items;
+        const int32_t ei = gu ? item(&s->gu, w, &r0, &r1) : item(&s->dn, w - s->gu.n_items, &r0, &r1);
+        if (gu)
+            gate_up_item(s, j, ei, r0, r1);
+        else
+            down_item(s, j, ei, r0, r1);
     }
     sync_team(j, nth);
-    /* 3. SwiGLU, quantised for down */
-    for (int32_t p = i0; p < i1; p++) { /* the same share of n_sel as the copies */
-        float *g = s->g + (size_t)p * F;
-        const float *u = s->u + (size_t)p * F;
-        for (int64_t q = 0; q < F; q++)
-            g[q] = silu(g[q]) * u[q];
-        tdm_act_quantize(d->down_type, g, s->hq + (size_t)p * ad, F);
-    }
-    sync_team(j, nth);
-    /* 4. down rows */
-    while (take(s, &s->dn, &e, &r0, &r1)) {
-        const int32_t o = s->off[e], c = s->cnt[e];
-        tdm_matmul_rows(d->down_type, F, (const uint8_t *)d->down + (size_t)e * d->down_stride, j->rd, r0, r1,
-                        s->hq + (size_t)o * ad, ad, c, s->y + (size_t)o * D, (size_t)D);
-    }
-    sync_team(j, nth);
-    /* 5. weighted sum per token, in list order */
+    /* 3. weighted sum per token, in list order */
     share(j->n_tok, tid, nth, &i0, &i1);
     for (int32_t t = i0; t < i1; t++) {
         float *o = j->out + (size_t)t * D;
@@ -333,6 +371,9 @@ tdm_status tdm_experts_run_team(tdm_team *team, const tdm_experts_desc *d, const
     const int nth = tiny ? 1 : team->nth;
     plan(&s->gu, F, used, nth);
     plan(&s->dn, D, used, nth);
+    for (int32_t i = 0; i < used; i++) /* published by the team's start, as is next */
+        atomic_store_explicit(&s->left[i], s->gu.nblk, memory_order_relaxed);
+    atomic_store_explicit(&s->next, 0, memory_order_relaxed);
     if (nth == 1)
         work(s, 0, 1);
     else

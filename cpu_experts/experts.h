@@ -76,6 +76,14 @@ struct tdm_team {
     void (*barrier)(tdm_team *team);
 };
 
+/* Spin-wait hint (x86 pause), for the team's waits here and in the pool. */
+static inline void tdm_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* tdm_experts_run on the team (called on its thread 0 only; the checks and
  * the bookkeeping run there before the team starts; a tiny call runs there
  * alone, without starting the team). */

@@ -81,13 +81,6 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 static long futex_wait(_Atomic uint32_t *addr, uint32_t val, long ns)
 {
     struct timespec ts = {0, ns};
@@ -113,7 +106,7 @@ static uint32_t wait_change(int spin, _Atomic uint32_t *seq, uint32_t last, _Ato
         for (int i = 0; i < spin; i++) {
             if ((s = atomic_load_explicit(seq, memory_order_acquire)) != last)
                 return s;
-            cpu_relax();
+            tdm_cpu_relax();
         }
         for (int i = 0; i < 64; i++) {
             if ((s = atomic_load_explicit(seq, memory_order_acquire)) != last)
@@ -149,7 +142,7 @@ static void team_barrier(tdm_team *team)
     }
     for (int i = 0; atomic_load_explicit(&p->bar_gen, memory_order_acquire) == g; i++) {
         if (i < p->spin_busy)
-            cpu_relax();
+            tdm_cpu_relax();
         else
             sched_yield();
     }
@@ -393,7 +386,7 @@ tdm_status tdm_pool_wait(tdm_pool *p, uint32_t seq, double *wait_ms, tdm_error *
     const double t0 = wait_ms ? now_ms() : 0;
     for (int i = 0; atomic_load_explicit(&mb->pool_seq, memory_order_acquire) != seq; i++) {
         if (i < p->spin_busy)
-            cpu_relax();
+            tdm_cpu_relax();
         else
             sched_yield();
     }

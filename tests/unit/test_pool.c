@@ -186,8 +186,14 @@ static void test_kick_after_idle(void **state)
         while (!atomic_load(&mb->pool_sleeping))
             usleep(1000); /* idle: the driver falls asleep */
         tdm_pool_kick(p);
-        while (atomic_load(&mb->pool_sleeping))
-            usleep(100); /* it wakes and spins again */
+        /* it wakes and spins again (only a wake clears pool_sleeping; a
+         * timeout does not). If this thread was descheduled past the whole
+         * spin the driver is asleep again: kick again rather than wait forever */
+        for (int i = 1; atomic_load(&mb->pool_sleeping); i++) {
+            usleep(100);
+            if (i % 100 == 0)
+                tdm_pool_kick(p);
+        }
         if (round % 2)
             usleep(2000);
         for (int32_t c = 0; c < D; c++)
