@@ -46,6 +46,9 @@ struct tdm_pool {
     _Atomic int unpinned;    /* threads whose binding failed */
     int32_t max_tok;
     _Atomic(const int32_t *) residency; /* [n_layer * n_expert] or NULL */
+    const tdm_copy_piece *copy; /* the copy job in flight (tdm_pool_copy), NULL: an expert job */
+    int n_copy;
+    _Alignas(64) _Atomic int64_t copy_next; /* next block of the copy job */
     tdm_mailbox *mb;
     tdm_expert_sel *sel;     /* [max_tok * k] the job's misses */
     uint8_t *seen;           /* [n_expert] distinct-expert marks for the byte count */
@@ -234,6 +237,30 @@ static tdm_status run_job(tdm_pool *p, tdm_error *err)
     return st;
 }
 
+#define COPY_BLOCK ((size_t)256 << 10)
+
+/* Team worker of a copy job: block w of the pieces, in order. */
+static void copy_work(void *arg, int tid, int nth)
+{
+    (void)tid, (void)nth;
+    tdm_pool *p = arg;
+    for (;;) {
+        int64_t w = atomic_fetch_add_explicit(&p->copy_next, 1, memory_order_relaxed);
+        int i = 0;
+        for (; i < p->n_copy; i++) {
+            const int64_t nb = (int64_t)((p->copy[i].bytes + COPY_BLOCK - 1) / COPY_BLOCK);
+            if (w < nb)
+                break;
+            w -= nb;
+        }
+        if (i == p->n_copy)
+            return;
+        const size_t o = (size_t)w * COPY_BLOCK, left = p->copy[i].bytes - o;
+        memcpy((uint8_t *)p->copy[i].dst + o, (const uint8_t *)p->copy[i].src + o,
+               left < COPY_BLOCK ? left : COPY_BLOCK);
+    }
+}
+
 static void *driver(void *arg)
 {
     tdm_pool *p = arg;
@@ -246,6 +273,18 @@ static void *driver(void *arg)
         if (atomic_load_explicit(&mb->stop, memory_order_acquire))
             break;
         const double t0 = now_ms();
+        if (p->copy) {
+            atomic_store_explicit(&p->copy_next, 0, memory_order_relaxed); /* published by the team's start */
+            p->team.run(&p->team, copy_work, p);
+            for (int i = 0; i < p->n_copy; i++)
+                p->st.copy_bytes += p->copy[i].bytes;
+            p->st.copies++;
+            p->st.copy_ms += now_ms() - t0;
+            p->copy = NULL;
+            mb->status = TDM_OK;
+            atomic_store_explicit(&mb->pool_seq, s, memory_order_release);
+            continue;
+        }
         tdm_error e = {0};
         mb->status = run_job(p, &e);
         snprintf(mb->msg, sizeof mb->msg, "%s", mb->status ? e.msg : "");
@@ -395,6 +434,17 @@ tdm_status tdm_pool_wait(tdm_pool *p, uint32_t seq, double *wait_ms, tdm_error *
     if (mb->status)
         return tdm_error_set(err, mb->status, "%s", mb->msg);
     return TDM_OK;
+}
+
+tdm_status tdm_pool_copy(tdm_pool *p, const tdm_copy_piece *pieces, int n, tdm_error *err)
+{
+    if (n < 0 || (n > 0 && !pieces))
+        return tdm_error_set(err, TDM_ERR_INVALID, "pool copy: %d pieces", n);
+    if (n == 0)
+        return TDM_OK;
+    p->copy = pieces; /* published by the seq_cst store of dev_seq */
+    p->n_copy = n;
+    return tdm_pool_wait(p, tdm_pool_publish(p), NULL, err);
 }
 
 void tdm_pool_get_stats(const tdm_pool *p, tdm_pool_stats *out) { *out = p->st; }

@@ -77,7 +77,17 @@ typedef struct tdm_pool_stats {
     int64_t misses;           /* selections computed */
     double ms;                /* time inside the jobs */
     uint64_t bytes;           /* expert weight bytes read (each distinct expert once per job) */
+    int64_t copies;           /* tdm_pool_copy jobs, counted apart */
+    uint64_t copy_bytes;
+    double copy_ms;
 } tdm_pool_stats;
+
+/* One piece of a copy job. */
+typedef struct tdm_copy_piece {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} tdm_copy_piece;
 
 typedef struct tdm_pool tdm_pool;
 
@@ -101,6 +111,14 @@ uint32_t tdm_pool_publish(tdm_pool *p);
  * spent waiting to *wait_ms when not NULL. Returns the job's status (message
  * in err). */
 tdm_status tdm_pool_wait(tdm_pool *p, uint32_t seq, double *wait_ms, tdm_error *err);
+
+/* Host side, while no device job is outstanding (the GPU publishes none
+ * during the call): the team copies the pieces, cut into 256 KiB blocks taken
+ * from one counter so every thread streams, and the call returns when all are
+ * done (pieces must not overlap). The forward streams missed experts into
+ * page-locked staging this way (forward_gpu.h); the pool's threads are idle
+ * then. */
+tdm_status tdm_pool_copy(tdm_pool *p, const tdm_copy_piece *pieces, int n, tdm_error *err);
 
 /* Valid after tdm_pool_wait returned (the counters are the driver's). */
 void tdm_pool_get_stats(const tdm_pool *p, tdm_pool_stats *out);

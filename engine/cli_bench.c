@@ -31,7 +31,7 @@ const char tdm_cli_bench_help[] =
     "usage: tandem bench [-m MODEL] [--device D] [--threads LIST] [--prompt LIST] [--gen N]\n"
     "                    [--gpu-mem LIST] [--fill LIST] [--profile P.json] [--validate]\n"
     "                    [--hit-curve F | --zipf S] [--membw [GBPS]] [--json FILE] [--plot]\n"
-    "                    [--expert-memory map|copy]\n"
+    "                    [--expert-memory map|copy] [--stream-min N]\n"
     "       tandem bench --revalidate FILE.json [-m MODEL | --preset NAME] [--vram-efficiency F]\n"
     "                    [--efficiency F] [--hit-curve F | --zipf S]\n"
     "       tandem bench --project [-m MODEL | --preset NAME] [projection options]\n"
@@ -52,6 +52,8 @@ const char tdm_cli_bench_help[] =
     "  --adapt-every N   tokens between adaptive swaps (default: the policy's)\n"
     "  --expert-memory M map (default) or copy: the CPU reads the experts from the file mapping,\n"
     "                    or from a copy in huge-page memory (tdm_model_copy_experts)\n"
+    "  --stream-min N    hybrid: prompt batches of >= N tokens stream missed experts to the GPU\n"
+    "                    (default 128; 0: never, the CPU pool computes every miss)\n"
     "  --validate        hybrid: print projected against measured decode tok/s per point\n"
     "  --hit-curve F     hit-rate curve of the projection (a profile, cachesim JSON or CSV, as\n"
     "                    --project); default Zipf (--zipf S, 0.5); the layer fill is projected\n"
@@ -160,6 +162,10 @@ static bool parse_value(bench_opts *o, const char *a, const char *v, bool *bad)
         *bad = !tdm_cli_parse_i32(v, 1, 1 << 24, &o->adapt_every);
     else if (!strcmp(a, "--expert-memory"))
         *bad = !tdm_cli_parse_expert_memory(v, &o->expert_copy);
+    else if (!strcmp(a, "--stream-min")) {
+        *bad = !tdm_cli_parse_i32(v, 0, 1 << 24, &o->stream_min);
+        o->stream_min = o->stream_min ? o->stream_min : -1;
+    }
     else if (!strcmp(a, "--membw"))
         *bad = !tdm_cli_parse_double(v, 1e-9, 1e5, &o->membw);
     else if (!strcmp(a, "--zipf"))

@@ -37,6 +37,7 @@ typedef struct bench_opts {
     int fills[FILL_COUNT], n_fills; /* bench_fill */
     bool fill_given;                /* --fill (else the default fill) */
     int32_t adapt_every;
+    int32_t stream_min;             /* --stream-min (cli_gen_opts) */
     double membw, efficiency, zipf; /* zipf < 0: the projection default */
     double vram_eff;                /* 0: the default of the mode */
     bool plot, measure, validate;

@@ -190,6 +190,7 @@ static void hybrid_params(const bench_ctx *c, const bench_run *r, tdm_executor_p
     go.threads = r->threads;
     go.policy = FILL_POLICY[r->fill];
     go.adapt_every = c->o->adapt_every;
+    go.stream_min = c->o->stream_min;
     const cli_gen_ctx gc = {.topo = c->topo, .prof = r->fill == FILL_LAYER ? NULL : c->prof};
     cli_gen_executor_params(&go, &gc, p);
 }

@@ -22,7 +22,7 @@ double cli_gen_now(void)
 
 static bool cache_opts(const cli_gen_opts *o)
 {
-    return o->gpu_mem || o->cache_experts >= 0 || o->profile || o->policy >= 0 || o->adapt_every ||
+    return o->gpu_mem || o->cache_experts >= 0 || o->profile || o->policy >= 0 || o->adapt_every || o->stream_min ||
            o->adapt_swaps >= 0 || o->adapt_decay > 0 || o->profile_save;
 }
 
@@ -38,13 +38,25 @@ void cli_gen_opts_init(cli_gen_opts *o)
     o->adapt_swaps = -1;
 }
 
+/* --gpu-mem: a size with its unit (12G, 11500M), or a bare number of GiB as
+ * in bench's --gpu-mem list (a bare 12 meaning 12 bytes helps nobody). */
+static bool parse_gpu_mem(const char *v, uint64_t *out)
+{
+    double gib;
+    if (tdm_cli_parse_double(v, 1.0 / 1024, 1 << 20, &gib)) {
+        *out = (uint64_t)(gib * 1073741824.0);
+        return true;
+    }
+    return tdm_cli_parse_size(v, out) && *out > 0;
+}
+
 bool cli_gen_cache_option(const char *a, const char *v, cli_gen_opts *o, bool *ok)
 {
     long l = 0;
     if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
         *ok = tdm_cli_parse_long(v, 1, 4096, &l), o->threads = (int)l;
     else if (!strcmp(a, "--gpu-mem"))
-        *ok = tdm_cli_parse_size(v, &o->gpu_mem) && o->gpu_mem > 0;
+        *ok = parse_gpu_mem(v, &o->gpu_mem);
     else if (!strcmp(a, "--cache-experts"))
         *ok = tdm_cli_parse_long(v, 0, 1 << 30, &l), o->cache_experts = (int32_t)l;
     else if (!strcmp(a, "--profile"))
@@ -61,6 +73,8 @@ bool cli_gen_cache_option(const char *a, const char *v, cli_gen_opts *o, bool *o
         *ok = true, o->profile_save = v;
     else if (!strcmp(a, "--expert-memory"))
         *ok = tdm_cli_parse_expert_memory(v, &o->expert_copy);
+    else if (!strcmp(a, "--stream-min"))
+        *ok = tdm_cli_parse_long(v, 0, 1 << 24, &l), o->stream_min = l ? (int32_t)l : -1;
     else
         return false;
     if (!v)
@@ -162,6 +176,7 @@ void cli_gen_executor_params(const cli_gen_opts *o, const cli_gen_ctx *c, tdm_ex
     p->adapt_every = o->adapt_every;
     p->adapt_swaps = o->adapt_swaps;
     p->adapt_decay = o->adapt_decay;
+    p->stream_min = o->stream_min;
     p->per_layer = o->policy == TDM_CACHE_ADAPTIVE && !c->prof;
     p->learn = c->learn;
 }

@@ -36,6 +36,7 @@ typedef struct cli_gen_opts {
     int32_t adapt_every;    /* --adapt-every N; 0: the policy default */
     int32_t adapt_swaps;    /* --adapt-swaps N; -1: the policy default */
     float adapt_decay;      /* --adapt-decay F; 0: the policy default */
+    int32_t stream_min;     /* --stream-min N; 0: the default, -1 (--stream-min 0): never */
     const char *profile_save; /* --profile-save FILE: the run's routing (+ --profile's counts) */
     bool stats;             /* --stats: the executor's line on stderr at the end */
     bool emulate;           /* --hybrid-emulate */
@@ -45,8 +46,9 @@ typedef struct cli_gen_opts {
 /* Usage lines of the options above shared by every generation command
  * (a literal, so help strings can be concatenated with it). */
 #define CLI_GEN_HYBRID_HELP \
-    "  --gpu-mem SIZE    VRAM budget (e.g. 12G; default: free VRAM minus 768 MiB): with --device cuda the\n" \
-    "                    routed experts that do not fit are computed by the CPU pool (hybrid executor);\n" \
+    "  --gpu-mem SIZE    VRAM budget (12G, 11500M; a bare number is GiB; default: free VRAM minus\n" \
+    "                    768 MiB): with --device cuda the routed experts that do not fit are computed\n" \
+    "                    by the CPU pool (hybrid executor);\n" \
     "                    a model that does not fit the free VRAM runs hybrid without it\n" \
     "  --cache-experts N expert slots in VRAM instead of what the budget leaves\n" \
     "  --profile P.json  fill the cache hottest-first from an expert-usage profile (tandem profile)\n" \
@@ -57,6 +59,9 @@ typedef struct cli_gen_opts {
     "                    adaptation is off unless --policy adaptive (without a profile its slots are\n" \
     "                    split evenly over the layers so every layer can swap)\n" \
     "  --profile-save F  write the routing seen in this run (added to --profile's) as a profile\n" \
+    "  --stream-min N    GPU prompt batches of >= N tokens (default 128; 0: never) send the experts\n" \
+    "                    the cache lacks to the GPU in chunks and compute them there, instead of\n" \
+    "                    the CPU pool computing every miss of the batch\n" \
     "  --threads N       also the CPU pool's threads (default: physical cores - 1)\n" \
     "  --expert-memory M map: the CPU reads expert weights in place from the file mapping (default);\n" \
     "                    copy: copies them once into huge-page memory (local NUMA node, or\n" \

@@ -291,6 +291,12 @@ tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t laye
     return tdm_executor_flush(x, err);
 }
 
+void tdm_executor_gpu_streamed(tdm_executor *x, int64_t layers, uint64_t bytes)
+{
+    x->st.streamed_layers += layers;
+    x->st.stream_bytes += bytes;
+}
+
 void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out)
 {
     *out = x->st;
@@ -314,15 +320,18 @@ void tdm_executor_format_stats(const tdm_executor *x, char *buf, size_t cap)
     tdm_executor_stats s;
     tdm_executor_get_stats(x, &s);
     const double nt = s.tokens > 0 ? (double)s.tokens : 1.0, sel = (double)(s.hits + s.misses);
+    char stream[96];
+    snprintf(stream, sizeof stream, " | prompt streaming: %lld layer calls, %.2f MB sent", (long long)s.streamed_layers,
+             (double)s.stream_bytes / 1e6);
     snprintf(buf, cap,
              "hybrid (%s): %d slots x %.2f MiB | hit rate %.1f%% (%lld/%lld) | pool %d threads, woken %lld/%lld "
              "layers, %.3f ms/token, %.2f MB/token, %.2f GB/s | wait %.3f ms/token | device %.3f ms/token | "
-             "swaps %lld (%.2f MB moved)",
+             "swaps %lld (%.2f MB moved)%s",
              x->gpu ? "GPU" : "emulated", s.n_slots, (double)s.slot_bytes / 1048576.0, sel > 0 ? 100.0 * (double)s.hits / sel : 0.0,
              (long long)s.hits, (long long)(s.hits + s.misses), s.pool_threads, (long long)s.pool_wakes,
              (long long)s.layers, s.pool_ms / nt, (double)s.pool_bytes / 1e6 / nt,
              s.pool_ms > 0 ? (double)s.pool_bytes / 1e6 / s.pool_ms : 0.0, s.wait_ms / nt, s.dev_ms / nt,
-             (long long)s.swaps, (double)s.bytes_moved / 1e6);
+             (long long)s.swaps, (double)s.bytes_moved / 1e6, x->gpu ? stream : "");
 }
 
 tdm_expert_cache *tdm_executor_cache(tdm_executor *x) { return x->cache; }

@@ -50,6 +50,9 @@ typedef struct tdm_executor_params {
     int32_t adapt_swaps;          /* -1: the policy default */
     float adapt_decay;            /* 0: the policy default */
     tdm_profile *learn;           /* NULL, or every pass's routing is added to it (--profile-save); borrowed */
+    int32_t stream_min;           /* GPU prompt batches of at least this many tokens stream the experts the
+                                   * cache lacks to the GPU instead of the pool computing them
+                                   * (forward_gpu.h); 0: TDM_STREAM_MIN_DEFAULT, -1: never */
     const tdm_expert_device *dev; /* NULL: host memory */
     /* The pool's mailbox memory (pool.h); NULL: the C heap. The GPU passes
      * mapped page-locked memory. */
@@ -66,6 +69,8 @@ typedef struct tdm_executor_stats {
     double pool_ms, wait_ms, dev_ms; /* pool compute; device waiting for the pool; device time (emulation:
                                         the hit compute; GPU: the whole steps) */
     uint64_t pool_bytes;          /* weight bytes the pool read */
+    int64_t streamed_layers;      /* MoE layer calls of batches that streamed their misses to the GPU */
+    uint64_t stream_bytes;        /* expert bytes those batches sent to the GPU */
     int64_t swaps;
     uint64_t bytes_moved;         /* slot copies after the fill */
     int32_t n_slots;
@@ -94,6 +99,9 @@ tdm_status tdm_executor_flush(tdm_executor *x, tdm_error *err);
  * failure of the previous step. *version: the residency table's version
  * (re-upload the device mirror when it changed). */
 tdm_status tdm_executor_gpu_begin(tdm_executor *x, uint64_t *version, tdm_error *err);
+/* A GPU batch that streamed its misses (forward_gpu.h): its MoE layer calls
+ * and the bytes sent, for the statistics. */
+void tdm_executor_gpu_streamed(tdm_executor *x, int64_t layers, uint64_t bytes);
 /* After a step of n tokens: ids [n_layer] slabs layer_stride ints apart, each
  * [n][k] (only MoE layers are read). Counts hits and misses against the
  * table the step ran with, feeds the policy, starts its slot copies. dev_ms:

@@ -310,7 +310,8 @@ tdm_status tdm_budget_inputs_for(const tdm_model *m, int32_t n_ctx, int32_t max_
     out->slot_bytes = tdm_expert_cache_slot_bytes_for(m);
     out->scratch_bytes = (uint64_t)max_batch * 4u *
                          (uint64_t)(4 * (int64_t)hp->n_embd + 3 * wide + hp->n_expert + hp->n_vocab) +
-                         2u * out->slot_bytes;
+                         2u * (uint64_t)(hp->n_expert < TDM_STREAM_CHUNK ? hp->n_expert : TDM_STREAM_CHUNK) *
+                             out->slot_bytes;
     if (hp->n_attn_layers) /* attention split partials: at most 8 queries x 32 splits per head */
         out->scratch_bytes += 8u * 32u * 4u * (uint64_t)hp->n_head * (uint64_t)(hp->head_dim + 2) + 4096u;
     int32_t n_moe = 0;

@@ -123,8 +123,14 @@ int64_t tdm_expert_cache_layer_misses(const tdm_expert_cache *c, int32_t il);
  *   deltanet  n_rec_layers * ((K-1) * conv_dim + H_v * d_k * d_v) * 4
  *   scratch   max_batch * 4 * (4 * n_embd + 3 * wide + n_expert + n_vocab) with
  *             wide = max(q rows (x2 gated), conv_dim, k * n_ff_exp, n_ff_shexp)
- *             plus 2 staging slots (prefill streaming, double buffered)
+ *             plus 2 x TDM_STREAM_CHUNK slots (at most 2 x n_expert) for
+ *             prompt streaming (forward_gpu.h), double buffered
  *   slots     the rest, in whole slots, at most n_moe_layers * n_expert. */
+/* Prompt streaming: experts per chunk sent to the GPU (two chunks in VRAM). */
+#define TDM_STREAM_CHUNK 32
+/* Prompt batches of at least this many tokens stream (executor stream_min 0). */
+#define TDM_STREAM_MIN_DEFAULT 128
+
 typedef struct tdm_budget_inputs {
     uint64_t weight_bytes, kv_bytes, deltanet_bytes, scratch_bytes;
     uint64_t slot_bytes;

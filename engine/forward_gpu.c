@@ -103,6 +103,28 @@ struct tdm_forward_gpu {
     tdm_gpu_handoff ho;
     int32_t *pass_ids;         /* host [n_layer][B][k] routing of the last batch */
     tdm_budget budget;         /* the plan the cache was sized with */
+
+    /* hybrid prompt streaming: a batch of >= stream_min tokens sends every
+     * expert the cache lacks to the GPU, layer by layer in chunks of st_chunk
+     * experts: the pool copies a chunk from the mapping into page-locked
+     * staging st_host[c & 1], the copy stream sends it to st_dev[c & 1]
+     * (copy fence c & 1), and the batch's misses of the chunk are computed
+     * there; chunk c + 1 travels while chunk c computes. The pool computes
+     * nothing for such a batch. */
+    int32_t stream_min;        /* 0: never */
+    int32_t st_chunk;          /* experts per chunk */
+    int32_t st_per_layer;      /* chunks per layer at most */
+    uint8_t *st_dev[2];        /* device [st_chunk][slot] */
+    uint8_t *st_host[2];       /* page-locked [st_chunk][slot] */
+    int32_t *st_map;           /* device [n_layer * st_per_layer][n_expert]: slot in its chunk or -1 */
+    int32_t *st_map_host;      /* host copy */
+    int32_t *st_experts;       /* host [n_layer][n_expert]: the batch's missing experts, layer by layer */
+    int32_t *st_layer, *st_first, *st_count; /* host [n_layer * st_per_layer]: the chunks in order */
+    tdm_copy_piece *st_pieces; /* host [3 * st_chunk] */
+    int32_t st_total, st_next; /* chunks of the batch; the next one to compute */
+    int32_t st_moe_layers;     /* MoE layers (layer calls per batch) */
+    uint64_t st_bytes;         /* sent by the batch */
+    bool streaming;            /* the batch in flight streams */
 };
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -337,6 +359,12 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f)
     tdm_executor_free(f->ex); /* stops the pool; the arena and mailbox go back through f->g */
     tdm_gpu_slot_device_free(f->sdev);
     free(f->pass_ids);
+    free(f->st_map_host);
+    free(f->st_experts);
+    free(f->st_layer);
+    free(f->st_first);
+    free(f->st_count);
+    free(f->st_pieces);
     tdm_gpu_free(f->g); /* every device and pinned buffer */
     free(f->L);
     free(f->hids);
@@ -488,6 +516,40 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     return f->pass_ids ? TDM_OK : tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: routing buffer");
 }
 
+/* Prompt streaming's buffers (before start_hybrid, so the arena gets what is
+ * left): two device chunks, two page-locked ones, the chunk maps. Nothing
+ * when batches can never reach stream_min. */
+static tdm_status alloc_stream(tdm_forward_gpu *f, const tdm_executor_params *xp, tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    const size_t slot = tdm_expert_cache_slot_bytes_for(f->m);
+    f->stream_min = xp->stream_min == 0 ? TDM_STREAM_MIN_DEFAULT : xp->stream_min < 0 ? 0 : xp->stream_min;
+    if (f->stream_min < 2)
+        f->stream_min = f->stream_min ? 2 : 0; /* one-token steps are the decode graph's */
+    if (f->B < f->stream_min || !slot)
+        f->stream_min = 0;
+    if (!f->stream_min)
+        return TDM_OK;
+    const int32_t E = hp->n_expert;
+    f->st_chunk = E < TDM_STREAM_CHUNK ? E : TDM_STREAM_CHUNK;
+    f->st_per_layer = (E + f->st_chunk - 1) / f->st_chunk;
+    const size_t chunks = (size_t)hp->n_layer * (size_t)f->st_per_layer, bytes = (size_t)f->st_chunk * slot;
+    for (int b = 0; b < 2; b++) {
+        TRY(dalloc(f, bytes, &f->st_dev[b], err));
+        TRY(tdm_gpu_alloc_host(f->g, bytes, (void **)&f->st_host[b], err));
+    }
+    TRY(dalloc(f, chunks * (size_t)E * sizeof(int32_t), &f->st_map, err));
+    f->st_map_host = malloc(chunks * (size_t)E * sizeof(int32_t));
+    f->st_experts = malloc((size_t)hp->n_layer * (size_t)E * sizeof(int32_t));
+    f->st_layer = malloc(chunks * sizeof(int32_t));
+    f->st_first = malloc(chunks * sizeof(int32_t));
+    f->st_count = malloc(chunks * sizeof(int32_t));
+    f->st_pieces = malloc(3 * (size_t)f->st_chunk * sizeof *f->st_pieces);
+    if (!f->st_map_host || !f->st_experts || !f->st_layer || !f->st_first || !f->st_count || !f->st_pieces)
+        return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: prompt streaming tables");
+    return TDM_OK;
+}
+
 /* Scratch of the grouped prompt MoE: the largest layer's need at B tokens. */
 static tdm_status alloc_moe_scratch(tdm_forward_gpu *f, tdm_error *err)
 {
@@ -541,6 +603,8 @@ static tdm_status create(const tdm_model *m, int device, int32_t n_ctx, int32_t 
         st = up_weight(f, tdm_model_output(m), &f->output, err);
     if (!st)
         st = alloc_moe_scratch(f, err);
+    if (!st && xp)
+        st = alloc_stream(f, xp, err);
     if (!st && xp)
         st = start_hybrid(f, xp, err);
     if (!st)
@@ -727,6 +791,108 @@ static tdm_status route_hook(tdm_forward_gpu *f, int32_t il, int32_t n, int32_t 
     return TDM_OK;
 }
 
+/* ---- prompt streaming (see the struct) ---- */
+
+/* Chunk c to the GPU: once the copy that last read staging c & 1 is over, the
+ * pool copies the chunk's experts into it (each as a slot: gate | up | down),
+ * and the copy stream sends it after the kernels queued so far, the last to
+ * read device buffer c & 1 (chunk c - 2) among them. */
+static tdm_status stream_send(tdm_forward_gpu *f, int32_t c, tdm_error *err)
+{
+    const int b = c & 1;
+    const int32_t n = f->st_count[c];
+    const tdm_layer *L = tdm_model_layer(f->m, f->st_layer[c]);
+    const size_t slot = tdm_expert_cache_slot_bytes_for(f->m);
+    const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    TRY(tdm_gpu_fence_wait_host(f->g, b, err));
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t e = f->st_experts[f->st_first[c] + j];
+        size_t off = 0;
+        for (int i = 0; i < 3; i++) {
+            f->st_pieces[3 * j + i] = (tdm_copy_piece){f->st_host[b] + (size_t)j * slot + off,
+                                                       (const uint8_t *)w[i]->data + (size_t)e * w[i]->mat_bytes,
+                                                       w[i]->mat_bytes};
+            off += w[i]->mat_bytes;
+        }
+    }
+    TRY(tdm_pool_copy(tdm_executor_pool(f->ex), f->st_pieces, 3 * n, err));
+    TRY(tdm_gpu_wait_compute(f->g, err));
+    TRY(tdm_gpu_copy_async(f->g, f->st_dev[b], f->st_host[b], (size_t)n * slot, err));
+    f->st_bytes += (uint64_t)n * slot;
+    return tdm_gpu_fence_copies(f->g, b, err);
+}
+
+/* Before a streaming batch: every MoE layer's experts without a slot in the
+ * published table, cut into chunks with a map each (expert -> slot in the
+ * chunk, or -1), uploaded; the first chunk is sent at once. */
+static tdm_status stream_plan(tdm_forward_gpu *f, tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    const int32_t E = hp->n_expert;
+    const int32_t *res = tdm_expert_cache_residency(tdm_executor_cache(f->ex));
+    f->st_total = f->st_next = f->st_moe_layers = 0;
+    f->st_bytes = 0;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        if (tdm_model_layer(f->m, il)->ffn != TDM_FFN_MOE)
+            continue;
+        f->st_moe_layers++;
+        int32_t *miss = f->st_experts + (size_t)il * E, m = 0;
+        for (int32_t e = 0; e < E; e++)
+            if (res[(size_t)il * E + e] < 0)
+                miss[m++] = e;
+        for (int32_t c0 = 0; c0 < m; c0 += f->st_chunk) {
+            const int32_t c = f->st_total++, n = m - c0 < f->st_chunk ? m - c0 : f->st_chunk;
+            int32_t *map = f->st_map_host + (size_t)c * E;
+            f->st_layer[c] = il;
+            f->st_first[c] = il * E + c0;
+            f->st_count[c] = n;
+            for (int32_t e = 0; e < E; e++)
+                map[e] = -1;
+            for (int32_t j = 0; j < n; j++)
+                map[miss[c0 + j]] = j;
+        }
+    }
+    if (!f->st_total)
+        return TDM_OK;
+    TRY(tdm_gpu_upload(f->g, f->st_map, f->st_map_host, (size_t)f->st_total * E * sizeof(int32_t), err));
+    return stream_send(f, 0, err);
+}
+
+/* Layer il's routed experts: the fused kernels (or the grouped prompt path)
+ * over the experts `table` holds, accumulated into f->x. */
+static tdm_status moe_run(tdm_forward_gpu *f, const tdm_gpu_moe_layer *moe, const int32_t *ids, const float *wts,
+                          int32_t n, int32_t k, tdm_error *err)
+{
+    if (n > f->mm_min && f->moe_scratch && moe->gate_type != TDM_Q_F32) /* prompt: grouped by expert */
+        return tdm_gpu_moe_prefill(f->g, moe, f->xn, ids, wts, n, k, f->h, NULL, f->x, true, f->moe_scratch,
+                                   f->moe_bytes, err);
+    TRY(tdm_gpu_moe_gate_up(f->g, moe, f->xn, ids, n, k, f->h, err));
+    return tdm_gpu_moe_down(f->g, moe, f->h, ids, wts, n, k, NULL, f->x, true, err);
+}
+
+/* A streaming batch, after layer il's hits: its chunks in turn, each once it
+ * has landed, the next one sent meanwhile. */
+static tdm_status stream_layer(tdm_forward_gpu *f, const glayer *gl, int32_t il, const int32_t *ids, const float *wts,
+                               int32_t n, tdm_error *err)
+{
+    const int32_t E = f->hp->n_expert;
+    while (f->st_next < f->st_total && f->st_layer[f->st_next] == il) {
+        const int32_t c = f->st_next++;
+        TRY(tdm_gpu_fence_wait_compute(f->g, c & 1, err));
+        if (c + 1 < f->st_total)
+            TRY(stream_send(f, c + 1, err));
+        tdm_gpu_expert_table t = gl->table;
+        t.slot_of = f->st_map + (size_t)c * E;
+        t.arena = f->st_dev[c & 1];
+        tdm_gpu_moe_layer moe = gl->moe;
+        moe.table = &t;
+        moe.layer = 0;
+        moe.shared = NULL;
+        TRY(moe_run(f, &moe, ids, wts, n, gl->k, err));
+    }
+    return TDM_OK;
+}
+
 static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer *gl, int32_t il, int32_t n,
                             int32_t pos0, tdm_error *err)
 {
@@ -754,18 +920,17 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         TRY(tdm_gpu_router(f->g, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts, err));
         if (f->hook)
             TRY(route_hook(f, il, n, pos0, k, err));
-        /* hybrid: the misses go to the CPU pool now, the hits run meanwhile */
-        if (f->ex)
+        /* hybrid: the misses go to the CPU pool now, the hits run meanwhile
+         * (or, streaming, the misses follow on the GPU) */
+        if (f->ex && !f->streaming)
             TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, err));
     }
-    if (n > f->mm_min && f->moe_scratch && moe.gate_type != TDM_Q_F32) /* prompt: grouped by expert */
-        TRY(tdm_gpu_moe_prefill(f->g, &moe, f->xn, ids, wts, n, k, f->h, NULL, f->x, true, f->moe_scratch,
-                                f->moe_bytes, err));
-    else {
-        TRY(tdm_gpu_moe_gate_up(f->g, &moe, f->xn, ids, n, k, f->h, err));
-        TRY(tdm_gpu_moe_down(f->g, &moe, f->h, ids, wts, n, k, NULL, f->x, true, err));
-    }
-    return f->ex && L->ffn == TDM_FFN_MOE ? tdm_gpu_handoff_merge(f->g, &f->ho, f->x, n, err) : TDM_OK;
+    TRY(moe_run(f, &moe, ids, wts, n, k, err));
+    if (!f->ex || L->ffn != TDM_FFN_MOE)
+        return TDM_OK;
+    if (f->streaming)
+        return stream_layer(f, gl, il, ids, wts, n, err);
+    return tdm_gpu_handoff_merge(f->g, &f->ho, f->x, n, err);
 }
 
 /* ---- driver ---- */
@@ -871,12 +1036,20 @@ static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t 
 {
     TRY(embed(f, tokens, n, pos0, err));
     TRY(hybrid_begin(f, err));
-    TRY(layers(f, n, pos0, err));
-    if (logits)
-        TRY(head(f, n, logits, all, err));
-    else
-        TRY(tdm_gpu_sync(f->g, err));
-    return hybrid_end(f, n, err);
+    f->streaming = f->ex && f->stream_min && n >= f->stream_min;
+    tdm_status st = f->streaming ? stream_plan(f, err) : TDM_OK;
+    if (!st)
+        st = layers(f, n, pos0, err);
+    if (!st)
+        st = logits ? head(f, n, logits, all, err) : tdm_gpu_sync(f->g, err);
+    if (!st && f->streaming && f->st_total) { /* the copy jobs took job numbers: the GPU's next follows them */
+        const uint32_t seq = atomic_load(&tdm_pool_mailbox(tdm_executor_pool(f->ex))->dev_seq);
+        st = tdm_gpu_upload(f->g, f->hstate + TDM_GPU_HANDOFF_SEQ, &seq, sizeof seq, err);
+    }
+    if (!st && f->streaming)
+        tdm_executor_gpu_streamed(f->ex, f->st_moe_layers, f->st_bytes);
+    f->streaming = false;
+    return st ? st : hybrid_end(f, n, err);
 }
 
 /* The decode step as one CUDA graph, recorded at the first decode and

@@ -74,6 +74,13 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f);
  * 768 MiB reserve when 0; the ledger (expert_cache.h) is checked before any
  * allocation (TDM_ERR_OOM naming what would fit), and the slots are whatever
  * the budget leaves after the real allocations (or xp->n_slots when >= 0).
+ * Prompt batches of at least xp->stream_min tokens (default
+ * TDM_STREAM_MIN_DEFAULT) stream instead: every expert the cache lacks is
+ * copied by the pool into page-locked staging and sent to the GPU, layer by
+ * layer in chunks of TDM_STREAM_CHUNK experts (two chunk buffers in VRAM,
+ * counted by the ledger; chunk c + 1 travels while chunk c computes), and the
+ * GPU computes the batch's misses there: a batch's CPU work per miss grows
+ * with its tokens, the copy does not. Decode steps always use the pool.
  * xp->max_batch / n_ctx / dev / mem_* are set here. */
 tdm_status tdm_forward_gpu_new_hybrid(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
                                       const tdm_executor_params *xp, tdm_forward_gpu **out, tdm_error *err);

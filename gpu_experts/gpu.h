@@ -78,6 +78,16 @@ tdm_status tdm_gpu_wait_copies(tdm_gpu *g, tdm_error *err);
 /* ... and copies wait for the compute queued so far (before overwriting a
  * slot that queued kernels may still read). */
 tdm_status tdm_gpu_wait_compute(tdm_gpu *g, tdm_error *err);
+/* Copy fences, for a pipeline of copies into reused buffers: fence i is set
+ * after the copies queued so far (replacing its previous setting for later
+ * waits); the host can wait for it (before refilling the page-locked source
+ * of those copies), or the compute stream can (before kernels read what they
+ * brought, without blocking the host or waiting for later copies). A fence
+ * never set is passed. */
+#define TDM_GPU_FENCES 4
+tdm_status tdm_gpu_fence_copies(tdm_gpu *g, int fence, tdm_error *err);
+tdm_status tdm_gpu_fence_wait_host(tdm_gpu *g, int fence, tdm_error *err);
+tdm_status tdm_gpu_fence_wait_compute(tdm_gpu *g, int fence, tdm_error *err);
 /* Waits for the compute stream; reports any asynchronous kernel error. */
 tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err);
 

@@ -27,6 +27,7 @@ struct tdm_gpu {
     cudaStream_t copy_stream; /* expert/slot copies */
     cudaEvent_t marks[TDM_GPU_MARKS];
     cudaEvent_t copy_done, compute_done; /* stream-ordering fences (no timing) */
+    cudaEvent_t fences[TDM_GPU_FENCES];  /* tdm_gpu_fence_copies (no timing) */
     cublasHandle_t blas;
     int sm_count;
     tdm_gpu_tuning tune;

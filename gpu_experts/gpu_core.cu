@@ -57,6 +57,9 @@ static void destroy(tdm_gpu *g)
     for (int i = 0; i < TDM_GPU_MARKS; i++)
         if (g->marks[i])
             cudaEventDestroy(g->marks[i]);
+    for (int i = 0; i < TDM_GPU_FENCES; i++)
+        if (g->fences[i])
+            cudaEventDestroy(g->fences[i]);
     if (g->copy_done)
         cudaEventDestroy(g->copy_done);
     if (g->compute_done)
@@ -84,6 +87,8 @@ static tdm_status create(tdm_gpu *g, int device, tdm_error *err)
         TDM_CU(err, cudaEventCreate(&g->marks[i]));
     TDM_CU(err, cudaEventCreateWithFlags(&g->copy_done, cudaEventDisableTiming));
     TDM_CU(err, cudaEventCreateWithFlags(&g->compute_done, cudaEventDisableTiming));
+    for (int i = 0; i < TDM_GPU_FENCES; i++)
+        TDM_CU(err, cudaEventCreateWithFlags(&g->fences[i], cudaEventDisableTiming));
     TDM_BLAS(err, cublasCreate(&g->blas));
     TDM_BLAS(err, cublasSetStream(g->blas, g->stream));
     return TDM_OK;
@@ -228,6 +233,27 @@ extern "C" tdm_status tdm_gpu_wait_compute(tdm_gpu *g, tdm_error *err)
 {
     TDM_CU(err, cudaEventRecord(g->compute_done, g->stream));
     TDM_CU(err, cudaStreamWaitEvent(g->copy_stream, g->compute_done, 0));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_fence_copies(tdm_gpu *g, int fence, tdm_error *err)
+{
+    TDM_REQUIRE(err, fence >= 0 && fence < TDM_GPU_FENCES, "gpu: fence %d out of range", fence);
+    TDM_CU(err, cudaEventRecord(g->fences[fence], g->copy_stream));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_fence_wait_host(tdm_gpu *g, int fence, tdm_error *err)
+{
+    TDM_REQUIRE(err, fence >= 0 && fence < TDM_GPU_FENCES, "gpu: fence %d out of range", fence);
+    TDM_CU(err, cudaEventSynchronize(g->fences[fence]));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_fence_wait_compute(tdm_gpu *g, int fence, tdm_error *err)
+{
+    TDM_REQUIRE(err, fence >= 0 && fence < TDM_GPU_FENCES, "gpu: fence %d out of range", fence);
+    TDM_CU(err, cudaStreamWaitEvent(g->stream, g->fences[fence], 0));
     return TDM_OK;
 }
 

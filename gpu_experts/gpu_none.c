@@ -81,6 +81,24 @@ tdm_status tdm_gpu_wait_compute(tdm_gpu *g, tdm_error *err)
     return NO_CUDA(err, "gpu wait_compute");
 }
 
+tdm_status tdm_gpu_fence_copies(tdm_gpu *g, int fence, tdm_error *err)
+{
+    (void)g, (void)fence;
+    return NO_CUDA(err, "gpu fence_copies");
+}
+
+tdm_status tdm_gpu_fence_wait_host(tdm_gpu *g, int fence, tdm_error *err)
+{
+    (void)g, (void)fence;
+    return NO_CUDA(err, "gpu fence_wait_host");
+}
+
+tdm_status tdm_gpu_fence_wait_compute(tdm_gpu *g, int fence, tdm_error *err)
+{
+    (void)g, (void)fence;
+    return NO_CUDA(err, "gpu fence_wait_compute");
+}
+
 tdm_status tdm_gpu_memset(tdm_gpu *g, void *dst, int byte, size_t bytes, tdm_error *err)
 {
     (void)g, (void)dst, (void)byte, (void)bytes;

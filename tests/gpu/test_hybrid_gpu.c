@@ -19,7 +19,11 @@
  *  - adaptive policy on the demo model: slot copies run on the copy stream
  *    during decode (swaps > 0) without changing the bounds;
  *  - pool of 1 thread and of every core; a budget below the fixed part is
- *    refused with TDM_ERR_OOM; a budget that leaves 0 slots runs.
+ *    refused with TDM_ERR_OOM; a budget that leaves 0 slots runs;
+ *  - prompt streaming (stream_min 2: the prompt batch sends every missing
+ *    expert to the GPU in chunks and the GPU computes the misses; decode
+ *    steps still use the pool): the same bounds, the prompt's layer calls
+ *    counted as streamed instead of pool jobs, bytes sent > 0.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,6 +48,7 @@ typedef struct hyb_case {
     int threads;    /* pool threads; 0: the default */
     int policy;     /* -1: layer order */
     int32_t adapt_every;
+    int32_t stream_min; /* -1: never; 2: the prompt batch streams */
 } hyb_case;
 
 static int32_t moe_layers(const tdm_model *m)
@@ -79,6 +84,7 @@ static tdm_forward_gpu *open_hybrid(const tdm_model *m, int n_ctx, const hyb_cas
     xp.adapt_every = hc->adapt_every;
     xp.per_layer = hc->policy == TDM_CACHE_ADAPTIVE; /* layer order + global slots leaves nothing to swap */
     xp.topo = topo;
+    xp.stream_min = hc->stream_min;
     tdm_forward_gpu *f = NULL;
     tdm_error err = {0};
     tdm_status st = tdm_forward_gpu_new_hybrid(m, 0, n_ctx, 512, &xp, &f, &err);
@@ -130,11 +136,12 @@ static void check_case(const char *name, const tdm_model *m, const int32_t *tok,
     const double top1 = fx_top1(h, b->gpu, n, V), top1_cpu = fx_top1(b->cpu, b->gpu, n, V);
     const int64_t sel = s.hits + s.misses;
     printf("  %-10s %5d slots, pool %2d threads: rel L2 %.2e KL %.2e (cpu forward %.2e) top-1 %.4f (cpu %.4f) | "
-           "hit %.1f%% jobs %lld/%lld swaps %lld | gpu %.3f wait %.3f pool %.3f ms/token\n",
+           "hit %.1f%% jobs %lld/%lld streamed %lld (%.1f MB) swaps %lld | gpu %.3f wait %.3f pool %.3f "
+           "ms/token\n",
            name, s.n_slots, s.pool_threads, rel, kl, kl_cpu, top1, top1_cpu,
            sel ? 100.0 * (double)s.hits / (double)sel : 0.0, (long long)s.pool_wakes, (long long)s.layers,
-           (long long)s.swaps, s.dev_ms / (double)s.tokens, s.wait_ms / (double)s.tokens,
-           s.pool_ms / (double)s.tokens);
+           (long long)s.streamed_layers, (double)s.stream_bytes / 1e6, (long long)s.swaps,
+           s.dev_ms / (double)s.tokens, s.wait_ms / (double)s.tokens, s.pool_ms / (double)s.tokens);
     /* counters */
     assert_int_equal(s.tokens, n);
     assert_int_equal(sel, (int64_t)n * moe_layers(m) * hp->n_expert_used);
@@ -145,7 +152,12 @@ static void check_case(const char *name, const tdm_model *m, const int32_t *tok,
     else
         assert_true(s.pool_wakes >= 1 && s.pool_wakes <= s.layers);
     if (s.n_slots == 0)
-        assert_int_equal(s.pool_wakes, s.layers);
+        assert_int_equal(s.pool_wakes, s.layers - s.streamed_layers);
+    if (hc->stream_min > 0) { /* the prompt batch streamed; nothing to send when every expert has a slot */
+        assert_int_equal(s.streamed_layers, moe_layers(m));
+        assert_true((s.stream_bytes > 0) == (s.n_slots < moe_layers(m) * hp->n_expert));
+    } else
+        assert_int_equal(s.streamed_layers, 0);
     /* numbers */
     for (size_t i = 0; i < (size_t)n * V; i++)
         assert_true(isfinite(h[i]));
@@ -176,7 +188,8 @@ static void micro(const char *name)
     const int n = fx_ints(cJSON_GetObjectItem(p, "tokens"), tok, 512), np = n - 6;
     assert_true(np > 1);
     baseline b = make_baseline(mc.m, tok, np, n, mc.hp->n_vocab);
-    const hyb_case cases[] = {{FULL, 1, -1, 0}, {0, 1, -1, 0}, {HALF, 1, -1, 0}, {HALF, 2, TDM_CACHE_LRU, 0}};
+    const hyb_case cases[] = {{FULL, 1, -1, 0, -1}, {0, 1, -1, 0, -1},   {HALF, 1, -1, 0, -1},
+                              {HALF, 2, TDM_CACHE_LRU, 0, -1}, {0, 2, -1, 0, 2}, {HALF, 1, -1, 0, 2}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(name, mc.m, tok, np, n, &b, &cases[i], true, NULL);
     free_baseline(&b);
@@ -217,7 +230,8 @@ static void test_small_q4km(void **state)
     int32_t tok[512];
     const int n = fx_ints(cJSON_GetObjectItem(p, "tokens"), tok, 512), np = n - 8;
     baseline b = make_baseline(m, tok, np, n, tdm_model_hparams(m)->n_vocab);
-    const hyb_case cases[] = {{FULL, 2, -1, 0}, {0, 2, -1, 0}, {HALF, 2, -1, 0}};
+    const hyb_case cases[] = {{FULL, 2, -1, 0, -1}, {0, 2, -1, 0, -1}, {HALF, 2, -1, 0, -1}, {0, 2, -1, 0, 2},
+                              {HALF, 2, -1, 0, 2}, {FULL, 2, -1, 0, 2}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case("small", m, tok, np, n, &b, &cases[i], false, NULL);
     free_baseline(&b);
@@ -238,11 +252,13 @@ static void test_demo(void **state)
     tdm_error err = {0};
     assert_int_equal(tdm_topology_load(&topo, &err), TDM_OK);
     const int cores = tdm_topology_physical_cores(topo);
-    const hyb_case cases[] = {{FULL, 0, -1, 0},
-                              {0, 0, -1, 0},
-                              {HALF, 0, -1, 0},
-                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4},
-                              {HALF, cores, -1, 0}};
+    const hyb_case cases[] = {{FULL, 0, -1, 0, -1},
+                              {0, 0, -1, 0, -1},
+                              {HALF, 0, -1, 0, -1},
+                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1},
+                              {HALF, cores, -1, 0, -1},
+                              {0, 0, -1, 0, 2},
+                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4, 2}};
     int done = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(pg, "cases"))

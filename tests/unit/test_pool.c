@@ -2,7 +2,9 @@
  * layers x token batches with random residency and routing, published in
  * sequence; each result checked against tdm_experts_run on the misses. Also
  * bad jobs, an all-hit job, freeing a sleeping pool, 1 thread, all cores,
- * more threads than cores, and a kick waking an idle team. */
+ * more threads than cores, and a kick waking an idle team. Copy jobs
+ * (tdm_pool_copy) between expert jobs: every byte lands, nothing else is
+ * written, the expert jobs' counters stay apart. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -268,6 +270,75 @@ static void test_bad_jobs_and_sleep(void **state)
     alarm(0);
 }
 
+/* Copy jobs of random pieces (empty, one byte, block-sized, several blocks
+ * with a ragged end) into a poisoned buffer, on teams of 1 and 3 threads,
+ * interleaved with an expert job. */
+static void test_copy_jobs(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    const size_t cap = (size_t)3 << 20;
+    uint8_t *src = malloc(cap), *dst = malloc(cap + 64), *want = malloc(cap + 64);
+    assert_non_null(src);
+    assert_non_null(dst);
+    assert_non_null(want);
+    for (size_t i = 0; i < cap; i++)
+        src[i] = (uint8_t)rnd();
+    const size_t sizes[] = {0, 1, 4096, (size_t)256 << 10, ((size_t)256 << 10) + 1, ((size_t)1 << 20) - 7, 12345};
+    for (int threads = 1; threads <= 3; threads += 2) {
+        tdm_pool_params pp = {.model = m, .n_threads = threads, .max_tok = 1};
+        tdm_pool *p = NULL;
+        tdm_error err = {0};
+        assert_int_equal(tdm_pool_new(&pp, &p, &err), TDM_OK);
+        for (int round = 0; round < 6; round++) {
+            tdm_copy_piece pc[8];
+            int n = 0;
+            size_t at = 0;
+            memset(dst, 0xA5, cap + 64);
+            memset(want, 0xA5, cap + 64);
+            for (size_t i = 0; i < sizeof sizes / sizeof *sizes && n < 8; i++) {
+                const size_t b = sizes[(i + (size_t)round) % (sizeof sizes / sizeof *sizes)];
+                const size_t from = rnd() % (cap - b + 1);
+                if (at + b + 3 > cap)
+                    break;
+                pc[n++] = (tdm_copy_piece){dst + at, src + from, b};
+                memcpy(want + at, src + from, b);
+                at += b + 3; /* gaps must stay poisoned */
+            }
+            assert_int_equal(tdm_pool_copy(p, pc, n, &err), TDM_OK);
+            assert_memory_equal(dst, want, cap + 64);
+            /* an expert job in between still computes and counts as before */
+            tdm_mailbox *mb = tdm_pool_mailbox(p);
+            mb->layer = 0;
+            while (tdm_model_layer(m, mb->layer)->ffn != TDM_FFN_MOE)
+                mb->layer++;
+            mb->n_tok = 1;
+            for (int32_t i = 0; i < hp->n_expert_used; i++) {
+                mb->ids[i] = i;
+                mb->weights[i] = 1.0f;
+            }
+            memset(mb->x, 0, (size_t)hp->n_embd * sizeof(float));
+            assert_int_equal(tdm_pool_wait(p, tdm_pool_publish(p), NULL, &err), TDM_OK);
+            assert_int_equal(mb->n_miss, hp->n_expert_used);
+        }
+        assert_int_equal(tdm_pool_copy(p, NULL, 0, &err), TDM_OK);
+        assert_int_equal(tdm_pool_copy(p, NULL, 2, &err), TDM_ERR_INVALID);
+        tdm_pool_stats st;
+        tdm_pool_get_stats(p, &st);
+        assert_int_equal(st.copies, 6);
+        assert_int_equal(st.jobs, 6);
+        assert_true(st.copy_bytes > 0);
+        tdm_pool_free(p);
+    }
+    free(src);
+    free(dst);
+    free(want);
+    tdm_model_free(m);
+    alarm(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -276,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_stress_oversubscribed),
         cmocka_unit_test(test_kick_after_idle),
         cmocka_unit_test(test_bad_jobs_and_sleep),
+        cmocka_unit_test(test_copy_jobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
