@@ -53,7 +53,7 @@ const char tdm_cli_bench_help[] =
     "  --expert-memory M map (default) or copy: the CPU reads the experts from the file mapping,\n"
     "                    or from a copy in huge-page memory (tdm_model_copy_experts)\n"
     "  --stream-min N    hybrid: prompt batches of >= N tokens stream missed experts to the GPU\n"
-    "                    (default 128; 0: never, the CPU pool computes every miss)\n"
+    "                    (default 64; 0: never, the CPU pool computes every miss)\n"
     "  --validate        hybrid: print projected against measured decode tok/s per point\n"
     "  --hit-curve F     hit-rate curve of the projection (a profile, cachesim JSON or CSV, as\n"
     "                    --project); default Zipf (--zipf S, 0.5); the layer fill is projected\n"

@@ -59,7 +59,7 @@ typedef struct cli_gen_opts {
     "                    adaptation is off unless --policy adaptive (without a profile its slots are\n" \
     "                    split evenly over the layers so every layer can swap)\n" \
     "  --profile-save F  write the routing seen in this run (added to --profile's) as a profile\n" \
-    "  --stream-min N    GPU prompt batches of >= N tokens (default 128; 0: never) send the experts\n" \
+    "  --stream-min N    GPU prompt batches of >= N tokens (default 64; 0: never) send the experts\n" \
     "                    the cache lacks to the GPU in chunks and compute them there, instead of\n" \
     "                    the CPU pool computing every miss of the batch\n" \
     "  --threads N       also the CPU pool's threads (default: physical cores - 1)\n" \

@@ -129,7 +129,7 @@ int64_t tdm_expert_cache_layer_misses(const tdm_expert_cache *c, int32_t il);
 /* Prompt streaming: experts per chunk sent to the GPU (two chunks in VRAM). */
 #define TDM_STREAM_CHUNK 32
 /* Prompt batches of at least this many tokens stream (executor stream_min 0). */
-#define TDM_STREAM_MIN_DEFAULT 128
+#define TDM_STREAM_MIN_DEFAULT 64
 
 typedef struct tdm_budget_inputs {
     uint64_t weight_bytes, kv_bytes, deltanet_bytes, scratch_bytes;

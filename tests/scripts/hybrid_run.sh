@@ -34,12 +34,16 @@ grep -q "tokens written to" "$tmp/err.txt" || { echo "FAIL --profile-save said n
 run --hybrid-emulate --cache-experts 96 --profile "$tmp/learned.json" >"$tmp/out.txt" 2>/dev/null ||
     { echo "FAIL the saved profile is not readable"; fail=1; }
 cmp -s "$tmp/ref.txt" "$tmp/out.txt" || { echo "FAIL text differs with the saved profile"; fail=1; }
-if run --hybrid-emulate --gpu-mem 1M >/dev/null 2>"$tmp/err.txt"; then echo "FAIL 1M accepted"; fail=1; fi
-grep -q "needed before any expert slot" "$tmp/err.txt" || { echo "FAIL refusal message: $(cat "$tmp/err.txt")"; fail=1; }
+for small in 1M 0.001; do # a bare number is GiB: 0.001 GiB is 1 MiB
+    if run --hybrid-emulate --gpu-mem $small >/dev/null 2>"$tmp/err.txt"; then echo "FAIL $small accepted"; fail=1; fi
+    grep -q "needed before any expert slot" "$tmp/err.txt" || { echo "FAIL refusal message: $(cat "$tmp/err.txt")"; fail=1; }
+done
+grep -q "gpu-mem 0.00 GiB (1073741 bytes)" "$tmp/err.txt" || { echo "FAIL 0.001 not read as GiB: $(cat "$tmp/err.txt")"; fail=1; }
 for bad in "--hybrid-emulate" "--cache-experts 5" "--hybrid-emulate --cache-experts x" \
            "--hybrid-emulate --gpu-mem 12Q" "--hybrid-emulate --cache-experts 4 --policy nope" \
            "--hybrid-emulate --cache-experts 4 --adapt-decay 2" "--profile-save /nonexistent/dir/p.json --hybrid-emulate --cache-experts 4" \
-           "--expert-memory huge"; do
+           "--expert-memory huge" "--hybrid-emulate --cache-experts 4 --stream-min x" \
+           "--hybrid-emulate --cache-experts 4 --stream-min -2" "--hybrid-emulate --gpu-mem 0"; do
     # shellcheck disable=SC2086
     if run $bad >/dev/null 2>&1; then echo "FAIL accepted: $bad"; fail=1; fi
 done
