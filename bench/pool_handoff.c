@@ -13,7 +13,10 @@
  * experts (fixed seed), after one pass touching every expert page: the pool's
  * steady-state read rate from DRAM rather than from the cache.
  * --expert-memory copy: the experts copied into huge-page memory first
- * (tdm_model_copy_experts); map (default): read from the file mapping. */
+ * (tdm_model_copy_experts); map (default): read from the file mapping.
+ * --stream: also the copy jobs of prompt streaming (tdm_pool_copy): each
+ * round copies 32 random experts of the next MoE layer as slots into one of
+ * two staging buffers, as forward_gpu.c does; prints the copy GB/s. */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -41,7 +44,7 @@ static int cmp_d(const void *a, const void *b)
 
 typedef struct mode {
     int rounds, gap_us;
-    bool gpu_publish, kick, spread;
+    bool gpu_publish, kick, spread, stream;
     const tdm_model *m; /* --spread: the model whose layers and experts the rounds walk */
     uint64_t rng;
 } mode;
@@ -65,6 +68,65 @@ static void next_job(mode *md, tdm_mailbox *mb)
                 dup |= mb->ids[j] == mb->ids[i];
         } while (dup);
     }
+}
+
+/* --stream: md->rounds copy jobs of 32 experts each (slots: gate | up | down)
+ * into two alternating 64-byte aligned staging buffers. */
+static void measure_stream(tdm_pool *p, mode *md)
+{
+    const tdm_hparams *hp = tdm_model_hparams(md->m);
+    enum { CHUNK = 32 };
+    const int32_t n = hp->n_expert < CHUNK ? hp->n_expert : CHUNK;
+    size_t slot = 0;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const tdm_layer *L = tdm_model_layer(md->m, il);
+        const size_t b = L->ffn == TDM_FFN_MOE ? L->gate_exps.mat_bytes + L->up_exps.mat_bytes + L->down_exps.mat_bytes
+                                               : 0;
+        slot = b > slot ? b : slot;
+    }
+    const size_t bytes = ((size_t)n * slot + 63) / 64 * 64;
+    uint8_t *stage[2] = {aligned_alloc(64, bytes), aligned_alloc(64, bytes)};
+    tdm_copy_piece *pc = malloc(3 * (size_t)n * sizeof *pc);
+    tdm_error err = {0};
+    if (!stage[0] || !stage[1] || !pc) {
+        fprintf(stderr, "pool_handoff: out of memory for the staging buffers\n");
+        goto done;
+    }
+    memset(stage[0], 0, bytes); /* fault the destination in once, as page-locked staging is */
+    memset(stage[1], 0, bytes);
+    int32_t il = -1;
+    uint64_t total = 0;
+    const double t0 = now_us();
+    for (int r = 0; r < md->rounds; r++) {
+        do
+            il = (il + 1) % hp->n_layer;
+        while (tdm_model_layer(md->m, il)->ffn != TDM_FFN_MOE);
+        const tdm_layer *L = tdm_model_layer(md->m, il);
+        const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int32_t j = 0; j < n; j++) {
+            md->rng = md->rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            const int32_t e = (int32_t)((md->rng >> 33) % (uint64_t)hp->n_expert);
+            size_t off = 0;
+            for (int i = 0; i < 3; i++) {
+                pc[3 * j + i] = (tdm_copy_piece){stage[r & 1] + (size_t)j * slot + off,
+                                                 (const uint8_t *)w[i]->data + (size_t)e * w[i]->mat_bytes,
+                                                 w[i]->mat_bytes};
+                off += w[i]->mat_bytes;
+                total += w[i]->mat_bytes;
+            }
+        }
+        if (tdm_pool_copy(p, pc, 3 * n, &err)) {
+            fprintf(stderr, "pool_handoff: %s\n", err.msg);
+            goto done;
+        }
+    }
+    const double us = now_us() - t0;
+    printf("stream copies: %d jobs of %d experts, %.1f MB in %.1f ms: %.2f GB/s\n", md->rounds, n,
+           (double)total / 1e6, us * 1e-3, (double)total / 1e3 / us);
+done:
+    free(stage[0]);
+    free(stage[1]);
+    free(pc);
 }
 
 /* One read of every page of the experts (faults the mapping in). */
@@ -137,6 +199,8 @@ int main(int argc, char **argv)
             md.kick = true;
         else if (!strcmp(argv[i], "--spread"))
             md.spread = true;
+        else if (!strcmp(argv[i], "--stream"))
+            md.stream = true;
         else if (!strcmp(argv[i], "--expert-memory") && i + 1 < argc) {
             copy = !strcmp(argv[++i], "copy");
             bad |= !copy && strcmp(argv[i], "map");
@@ -145,7 +209,7 @@ int main(int argc, char **argv)
     }
     if (md.rounds < 1 || md.gap_us < 0 || threads < 0 || bad) {
         fprintf(stderr, "usage: pool_handoff [MODEL.gguf] [--rounds N>0] [--gap-us G>=0] [--threads T>=0] "
-                        "[--gpu-publish] [--kick] [--spread] [--expert-memory map|copy]\n");
+                        "[--gpu-publish] [--kick] [--spread] [--stream] [--expert-memory map|copy]\n");
         return 2;
     }
     tdm_error err = {0};
@@ -204,6 +268,8 @@ int main(int argc, char **argv)
     st.jobs -= st0.jobs, st.ms -= st0.ms, st.bytes -= st0.bytes; /* the expert rounds only */
     printf("pool: %lld jobs, %.3f ms in jobs, %llu bytes read, %.2f GB/s inside jobs\n", (long long)st.jobs, st.ms,
            (unsigned long long)st.bytes, st.ms > 0 ? (double)st.bytes / 1e6 / st.ms : 0.0);
+    if (md.stream)
+        measure_stream(p, &md);
     tdm_pool_free(p);
     free(res);
     tdm_topology_free(topo);
