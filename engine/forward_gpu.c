@@ -1042,9 +1042,14 @@ static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t 
         st = layers(f, n, pos0, err);
     if (!st)
         st = logits ? head(f, n, logits, all, err) : tdm_gpu_sync(f->g, err);
-    if (!st && f->streaming && f->st_total) { /* the copy jobs took job numbers: the GPU's next follows them */
+    if (f->streaming && f->st_total) {
+        /* the copy jobs took job numbers: the GPU's next job must follow them,
+         * also after a failure (a merge would otherwise see a larger, stale
+         * pool_seq and not wait) */
         const uint32_t seq = atomic_load(&tdm_pool_mailbox(tdm_executor_pool(f->ex))->dev_seq);
-        st = tdm_gpu_upload(f->g, f->hstate + TDM_GPU_HANDOFF_SEQ, &seq, sizeof seq, err);
+        tdm_error e2 = {0};
+        const tdm_status su = tdm_gpu_upload(f->g, f->hstate + TDM_GPU_HANDOFF_SEQ, &seq, sizeof seq, st ? &e2 : err);
+        st = st ? st : su;
     }
     if (!st && f->streaming)
         tdm_executor_gpu_streamed(f->ex, f->st_moe_layers, f->st_bytes);
