@@ -802,7 +802,7 @@ static tdm_status stream_send(tdm_forward_gpu *f, int32_t c, tdm_error *err)
     const int b = c & 1;
     const int32_t n = f->st_count[c];
     const tdm_layer *L = tdm_model_layer(f->m, f->st_layer[c]);
-    const size_t slot = tdm_expert_cache_slot_bytes_for(f->m);
+    const size_t slot = f->L[f->st_layer[c]].table.slot_bytes;
     const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     TRY(tdm_gpu_fence_wait_host(f->g, b, err));
     for (int32_t j = 0; j < n; j++) {
