@@ -707,20 +707,18 @@ static void test_valfile(void **state)
 
     /* refusals, each naming the problem */
     static char text[sizeof VALFILE + 64];
-    edited("\"hybrid\"", "\"cpu\"", text, sizeof text);
-    assert_int_equal(tdm_proj_valfile_parse(text, "x.json", &v, &err), TDM_ERR_FORMAT);
-    assert_non_null(strstr(err.msg, "engine_path 'cpu'"));
-    edited("\"efficiency\": 0.6", "\"eff\": 0.6", text, sizeof text);
-    assert_int_equal(tdm_proj_valfile_parse(text, "x.json", &v, &err), TDM_ERR_FORMAT);
-    assert_non_null(strstr(err.msg, "validation.efficiency"));
-    edited("\"threads\": 2", "\"threads\": null", text, sizeof text);
-    assert_int_equal(tdm_proj_valfile_parse(text, "x.json", &v, &err), TDM_ERR_FORMAT);
-    assert_non_null(strstr(err.msg, "runs[1].threads"));
-    edited("\"profile\"", "\"bogus\"", text, sizeof text);
-    assert_int_equal(tdm_proj_valfile_parse(text, "x.json", &v, &err), TDM_ERR_FORMAT);
-    assert_non_null(strstr(err.msg, "bogus"));
-    edited("tandem-bench", "tandem-projection", text, sizeof text);
-    assert_int_equal(tdm_proj_valfile_parse(text, "x.json", &v, &err), TDM_ERR_FORMAT);
+    static const struct { const char *from, *to, *msg; } bad[] = {
+        {"\"hybrid\"", "\"cpu\"", "engine_path 'cpu'"},
+        {"\"efficiency\": 0.6", "\"eff\": 0.6", "validation.efficiency"},
+        {"\"threads\": 2", "\"threads\": null", "runs[1].threads"},
+        {"\"profile\"", "\"bogus\"", "bogus"},
+        {"tandem-bench", "tandem-projection", ""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        edited(bad[i].from, bad[i].to, text, sizeof text);
+        assert_int_equal(tdm_proj_valfile_parse(text, "x.json", &v, &err), TDM_ERR_FORMAT);
+        assert_non_null(strstr(err.msg, bad[i].msg));
+    }
     assert_int_equal(tdm_proj_valfile_parse("{", "x.json", &v, &err), TDM_ERR_FORMAT);
     remove(path);
     assert_int_equal(tdm_proj_valfile_load(path, &v, &err), TDM_ERR_IO);
