@@ -180,7 +180,7 @@ int main(int argc, char **argv)
     cJSON_AddNumberToObject(root, "decode_bytes_per_token", per_tok);
     cJSON_AddNumberToObject(root, "weight_bytes", total);
     cJSON_AddNumberToObject(root, "timestamp", (double)time(NULL));
-    printf("\n%-14s %8s %10s %10s %8s\n", "pass", "tokens", "tok/s", "HBM bound", "ratio");
+    printf("\n%-20s %8s %10s %10s %8s\n", "pass", "tokens", "tok/s", "HBM bound", "ratio");
 
     /* prompts: 512 and 4096 tokens from an empty state */
     const int32_t plen[2] = {512, 4096};
@@ -192,7 +192,7 @@ int main(int argc, char **argv)
         CHECK(tdm_forward_gpu_eval(f, tok, plen[i], 0, logits, false, &err));
         const double s = now() - t0, tps = plen[i] / s;
         const double bound = plen[i] / (total * ceil(plen[i] / 512.0) / (bw * 1e9));
-        printf("%-14s %8d %10.1f %10.1f %8.3f\n", i ? "prompt 4096" : "prompt 512", plen[i], tps, bound, tps / bound);
+        printf("%-20s %8d %10.1f %10.1f %8.3f\n", i ? "prompt 4096" : "prompt 512", plen[i], tps, bound, tps / bound);
         cJSON *r = cJSON_CreateObject();
         cJSON_AddStringToObject(r, "pass", "prompt");
         cJSON_AddNumberToObject(r, "tokens", plen[i]);
@@ -201,8 +201,17 @@ int main(int argc, char **argv)
         cJSON_AddNumberToObject(r, "ratio", tps / bound);
         cJSON_AddItemToArray(rows, r);
     }
-    /* decode after a 512-token prompt, through CUDA graphs and eagerly */
-    for (int graphs = 1; graphs >= decode_only; graphs--) {
+    /* decode after a 512-token prompt, through CUDA graphs and eagerly; on
+     * sm_90+ also with programmatic dependent launch off (the previous
+     * version's launches, measured in the same run) */
+    const int pdl_variants = info.cc_major >= 9 ? 2 : 1;
+    for (int v = 0; v < 2 * pdl_variants; v++) {
+        const int graphs = !(v & 1), pdl = v < 2 ? 0 : -1;
+        if (decode_only && !graphs)
+            continue;
+        const tdm_gpu_tuning tu = {.pdl = pdl};
+        CHECK(tdm_gpu_set_tuning(g, &tu, &err));
+        tdm_forward_gpu_set_graphs(f, false); /* drops a graph recorded with the other launches */
         tdm_forward_gpu_set_graphs(f, graphs);
         CHECK(tdm_forward_gpu_reset(f, &err));
         CHECK(tdm_forward_gpu_eval(f, tok, 512, 0, logits, false, &err));
@@ -215,10 +224,13 @@ int main(int argc, char **argv)
         const double bytes = per_tok + kv_per_pos * (512 + 4 + gen / 2.0);
         const double bound = bw * 1e9 / bytes;
         const bool used = graphs && tdm_forward_gpu_graphs(f);
-        printf("%-14s %8d %10.1f %10.1f %8.3f   (%.2f ms/token)\n", used ? "decode graph" : "decode eager", gen,
-               tps, bound, tps / bound, 1e3 * s / gen);
+        char label[32];
+        snprintf(label, sizeof label, "decode %s%s", used ? "graph" : "eager", pdl < 0 ? " -pdl" : "");
+        printf("%-20s %8d %10.1f %10.1f %8.3f   (%.2f ms/token)\n", label, gen, tps, bound, tps / bound,
+               1e3 * s / gen);
         cJSON *r = cJSON_CreateObject();
         cJSON_AddStringToObject(r, "pass", used ? "decode_graph" : "decode_eager");
+        cJSON_AddBoolToObject(r, "pdl", pdl == 0 && info.cc_major >= 9);
         cJSON_AddNumberToObject(r, "tokens", gen);
         cJSON_AddNumberToObject(r, "context", 512);
         cJSON_AddNumberToObject(r, "tok_s", tps);
@@ -227,6 +239,8 @@ int main(int argc, char **argv)
         cJSON_AddNumberToObject(r, "ms_per_token", 1e3 * s / gen);
         cJSON_AddItemToArray(rows, r);
     }
+    const tdm_gpu_tuning tu0 = {0};
+    CHECK(tdm_gpu_set_tuning(g, &tu0, &err));
     cJSON_AddItemToObject(root, "passes", rows);
 
     const int rc = bench_write_json(root, out);

@@ -109,6 +109,9 @@ typedef struct tdm_gpu_tuning {
                         8 / moe_split: raised to that) */
     int deltanet_chunk_min; /* DeltaNet: batches of at least this many tokens run
                                the chunked form (1 = always; 16 built in) */
+    int pdl;         /* programmatic dependent launch (each kernel starts its
+                        weight prefetch while the previous one finishes):
+                        -1 off; built in: on where the GPU has it (sm_90+) */
 } tdm_gpu_tuning;
 tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, tdm_error *err);
 

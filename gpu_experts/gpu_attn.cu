@@ -12,6 +12,7 @@ __global__ void kv_store_kernel(const float *__restrict__ k, const float *__rest
                                 int64_t head_dim, int64_t n_ctx, const int32_t *__restrict__ pos,
                                 int64_t ntok)
 {
+    tdm_pdl_enter();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t per_tok = n_kv * head_dim;
     if (idx >= ntok * per_tok)
@@ -35,10 +36,8 @@ extern "C" tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *
                          tok_stride >= n_kv * head_dim,
                 "gpu kv_store: bad shape");
     int64_t n = ntok * n_kv * head_dim;
-    kv_store_kernel<<<tdm_cdiv(n, 256), 256, 0, g->stream>>>(k, v, tok_stride, (__half *)kc,
-                                                             (__half *)vc, n_kv, head_dim, n_ctx,
-                                                             pos, ntok);
-    TDM_LAUNCHED(err, "kv_store_kernel");
+    TDM_LAUNCH(err, g, kv_store_kernel, tdm_cdiv(n, 256), 256, 0, k, v, tok_stride, (__half *)kc, (__half *)vc, n_kv,
+               head_dim, n_ctx, pos, ntok);
     return TDM_OK;
 }
 
@@ -64,6 +63,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
                      int n_head, int group, int head_dim, int64_t n_ctx,
                      const int32_t *__restrict__ pos, float scale, float *part, unsigned *count)
 {
+    tdm_pdl_enter();
     __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
     __shared__ float s_acc[ATTN_WARPS][DPL * 32];
     __shared__ int s_last;
@@ -228,10 +228,10 @@ extern "C" tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16
     dim3 grid((unsigned)n_head, (unsigned)ntok, (unsigned)splits);
     int group = (int)(n_head / n_kv), hd = (int)head_dim;
     const __half *k16 = (const __half *)kc, *v16 = (const __half *)vc;
+    cudaError_t e;
 #define ATTN_LAUNCH(D)                                                                       \
-    attention_kernel<D><<<grid, ATTN_WARPS * 32, 0, g->stream>>>(q, k16, v16, gate, o,        \
-                                                                 (int)n_head, group, hd, n_ctx, \
-                                                                 pos, scale, part, count)
+    e = tdm_launch(g, attention_kernel<D>, grid, ATTN_WARPS * 32, 0, q, k16, v16, gate, o, (int)n_head, group, hd, \
+                   n_ctx, pos, scale, part, count)
     if (head_dim <= 32)
         ATTN_LAUNCH(1);
     else if (head_dim <= 64)
@@ -243,6 +243,6 @@ extern "C" tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16
     else
         ATTN_LAUNCH(16);
 #undef ATTN_LAUNCH
-    TDM_LAUNCHED(err, "attention_kernel");
+    TDM_CU(err, e);
     return TDM_OK;
 }

@@ -30,6 +30,7 @@ struct tdm_gpu {
     cudaEvent_t fences[TDM_GPU_FENCES];  /* tdm_gpu_fence_copies (no timing) */
     cublasHandle_t blas;
     int sm_count;
+    bool pdl_capable; /* compute capability 9.0 or later: programmatic dependent launch */
     tdm_gpu_tuning tune;
     tdm_gpu_buf *bufs; /* every allocation made through this context */
     size_t n_bufs, cap_bufs;
@@ -55,18 +56,57 @@ tdm_status tdm_gpu_blas_fail(tdm_error *err, cublasStatus_t s, const char *call,
             return tdm_gpu_blas_fail((err), tdm_s_, #call, __FILE__, __LINE__);        \
     } while (0)
 
-/* After a <<<>>> launch: reports configuration errors at once. */
-#define TDM_LAUNCHED(err, what)                                                        \
-    do {                                                                               \
-        cudaError_t tdm_e_ = cudaGetLastError();                                       \
-        if (tdm_e_ != cudaSuccess)                                                     \
-            return tdm_gpu_cuda_fail((err), tdm_e_, "launch of " what, __FILE__, __LINE__); \
-    } while (0)
-
 #define TDM_REQUIRE(err, cond, ...)                                                    \
     do {                                                                               \
         if (!(cond))                                                                   \
             return tdm_error_set((err), TDM_ERR_INVALID, __VA_ARGS__);                 \
+    } while (0)
+
+/* Programmatic dependent launch (sm_90 and later). Every kernel of this
+ * module is launched through tdm_launch, which lets it start while the
+ * kernel before it in the stream is still running; so every kernel calls
+ * tdm_pdl_enter() before it reads or writes anything another kernel may
+ * touch. Before that call a kernel may only read what no kernel writes
+ * (weights: the L2 prefetch of the products). tdm_pdl_enter() waits for the
+ * previous kernel to complete with its memory visible, then lets the next
+ * kernel start its own prologue: at most two grids are ever resident, the
+ * running one and the next one waiting (no deadlock: the next grid starts
+ * only once every block of this one has been scheduled). On older GPUs the
+ * launch is plain and the call does nothing. */
+__device__ __forceinline__ void tdm_pdl_enter(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Launches kernel on the compute stream, programmatically serialised where
+ * the GPU supports it and the tuning has not turned it off. */
+template <typename... P, typename... A>
+static inline cudaError_t tdm_launch(const tdm_gpu *g, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                     A &&...args)
+{
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = g->stream;
+    cfg.attrs = at;
+    cfg.numAttrs = g->pdl_capable && g->tune.pdl >= 0 ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
+}
+
+/* tdm_launch(g, kernel, grid, block, smem, args...), a failure returned as
+ * TDM_ERR_CUDA naming the call site. */
+#define TDM_LAUNCH(err, g, ...)                                                        \
+    do {                                                                               \
+        cudaError_t tdm_e_ = tdm_launch((g), __VA_ARGS__);                             \
+        if (tdm_e_ != cudaSuccess)                                                     \
+            return tdm_gpu_cuda_fail((err), tdm_e_, "kernel launch", __FILE__, __LINE__); \
     } while (0)
 
 static inline unsigned tdm_cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }

@@ -81,6 +81,9 @@ static tdm_status create(tdm_gpu *g, int device, tdm_error *err)
     g->device = device;
     TDM_CU(err, cudaSetDevice(device));
     TDM_CU(err, cudaDeviceGetAttribute(&g->sm_count, cudaDevAttrMultiProcessorCount, device));
+    int major = 0;
+    TDM_CU(err, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    g->pdl_capable = major >= 9;
     TDM_CU(err, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
     TDM_CU(err, cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking));
     for (int i = 0; i < TDM_GPU_MARKS; i++)
@@ -266,6 +269,7 @@ extern "C" tdm_status tdm_gpu_memset(tdm_gpu *g, void *dst, int byte, size_t byt
 
 __global__ void fill_f32(float *dst, float v, size_t n)
 {
+    tdm_pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         dst[i] = v;
@@ -278,8 +282,7 @@ extern "C" tdm_status tdm_gpu_fill_f32(tdm_gpu *g, float *dst, float v, size_t n
     unsigned blocks = (unsigned)((n + 255) / 256);
     if (blocks > 4096)
         blocks = 4096;
-    fill_f32<<<blocks, 256, 0, g->stream>>>(dst, v, n);
-    TDM_LAUNCHED(err, "fill_f32");
+    TDM_LAUNCH(err, g, fill_f32, blocks, 256, 0, dst, v, n);
     return TDM_OK;
 }
 
@@ -301,6 +304,7 @@ extern "C" tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, td
                 "gpu tuning: moe_split %d not in {0, 1, 4}", t->moe_split);
     TDM_REQUIRE(err, t->moe_tile == 0 || t->moe_tile == 2 || t->moe_tile == 4 || t->moe_tile == 8 || t->moe_tile == 16,
                 "gpu tuning: moe_tile %d not in {0, 2, 4, 8, 16}", t->moe_tile);
+    TDM_REQUIRE(err, t->pdl >= -1 && t->pdl <= 1, "gpu tuning: pdl %d not in {-1, 0, 1}", t->pdl);
     g->tune = *t;
     return TDM_OK;
 }

@@ -15,6 +15,7 @@ __global__ void ssm_conv_kernel(const float *__restrict__ u, const float *__rest
                                 float *state, float *__restrict__ y, int64_t ntok,
                                 int64_t channels, int kernel)
 {
+    tdm_pdl_enter();
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels)
         return;
@@ -55,8 +56,7 @@ extern "C" tdm_status tdm_gpu_ssm_conv(tdm_gpu *g, const float *u, const float *
                 (long long)ntok, (long long)channels);
     TDM_REQUIRE(err, ntok / CONV_TOK < 65535, "gpu ssm_conv: ntok=%lld", (long long)ntok);
     const dim3 grid(tdm_cdiv(channels, 128), (unsigned)tdm_cdiv(ntok, CONV_TOK));
-    ssm_conv_kernel<<<grid, 128, 0, g->stream>>>(u, w, state, y, ntok, channels, (int)kernel);
-    TDM_LAUNCHED(err, "ssm_conv_kernel");
+    TDM_LAUNCH(err, g, ssm_conv_kernel, grid, 128, 0, u, w, state, y, ntok, channels, (int)kernel);
     return TDM_OK;
 }
 
@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(DN_WARPS * 32)
                     const float *__restrict__ dt_bias, float *state, float *__restrict__ o,
                     int64_t ntok, int n_kh, int n_vh, int d_v, int grouped, float eps)
 {
+    tdm_pdl_enter();
     constexpr int DK = RPT * DN_KSPLIT;
     __shared__ float s_q[DK], s_k[DK], s_red[32];
     int j = blockIdx.x; /* value head */
@@ -244,6 +245,7 @@ __global__ void __launch_bounds__(DNC_THREADS, 1) /* at d_k 128 its shared memor
                             float *__restrict__ o, int64_t ntok, int n_kh, int n_vh, int d_v,
                             int grouped, float eps)
 {
+    tdm_pdl_enter();
     using Lay = DncLayout<DK>;
     constexpr int T = DNC_T, KS = Lay::KS, SR = DK / 8, NC = DNC_COLS;
     extern __shared__ float4 dnc_smem[];
@@ -418,10 +420,8 @@ static tdm_status dnc_launch(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh, const
     TDM_CU(err, cudaFuncSetAttribute(deltanet_chunked_kernel<DK>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     dim3 grid((unsigned)sh->n_v_head, tdm_cdiv(sh->d_v, DNC_COLS));
-    deltanet_chunked_kernel<DK><<<grid, DNC_THREADS, bytes, g->stream>>>(
-        qkv, beta, alpha, ssm_a, dt_bias, state, o, ntok, (int)sh->n_k_head, (int)sh->n_v_head,
-        (int)sh->d_v, sh->map == TDM_GPU_HEADS_GROUPED, sh->eps);
-    TDM_LAUNCHED(err, "deltanet_chunked_kernel");
+    TDM_LAUNCH(err, g, deltanet_chunked_kernel<DK>, grid, DNC_THREADS, bytes, qkv, beta, alpha, ssm_a, dt_bias, state, o,
+               ntok, (int)sh->n_k_head, (int)sh->n_v_head, (int)sh->d_v, sh->map == TDM_GPU_HEADS_GROUPED, sh->eps);
     return TDM_OK;
 }
 
@@ -469,10 +469,10 @@ extern "C" tdm_status tdm_gpu_deltanet(tdm_gpu *g, const tdm_gpu_deltanet_shape 
     dim3 grid((unsigned)sh->n_v_head, tdm_cdiv(sh->d_v, DN_COLS));
     int nk = (int)sh->n_k_head, nv = (int)sh->n_v_head, dv = (int)sh->d_v;
     int grouped = sh->map == TDM_GPU_HEADS_GROUPED;
+    cudaError_t e;
 #define DN_LAUNCH(R)                                                                          \
-    deltanet_kernel<R><<<grid, DN_WARPS * 32, 0, g->stream>>>(qkv, beta, alpha, ssm_a, dt_bias, \
-                                                              state, o, ntok, nk, nv, dv,     \
-                                                              grouped, sh->eps)
+    e = tdm_launch(g, deltanet_kernel<R>, grid, DN_WARPS * 32, 0, qkv, beta, alpha, ssm_a, dt_bias, state, o, ntok, nk, \
+                   nv, dv, grouped, sh->eps)
     switch (sh->d_k) {
     case 16: DN_LAUNCH(4); break;
     case 32: DN_LAUNCH(8); break;
@@ -485,6 +485,6 @@ extern "C" tdm_status tdm_gpu_deltanet(tdm_gpu *g, const tdm_gpu_deltanet_shape 
                              (long long)sh->d_k);
     }
 #undef DN_LAUNCH
-    TDM_LAUNCHED(err, "deltanet_kernel");
+    TDM_CU(err, e);
     return TDM_OK;
 }

@@ -6,6 +6,7 @@
 
 __global__ void add_f32(float *y, const float *x, size_t n)
 {
+    tdm_pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] += x[i];
 }
@@ -17,8 +18,7 @@ extern "C" tdm_status tdm_gpu_add_f32(tdm_gpu *g, float *y, const float *x, size
     unsigned blocks = tdm_cdiv((int64_t)n, 256);
     if (blocks > 4096)
         blocks = 4096;
-    add_f32<<<blocks, 256, 0, g->stream>>>(y, x, n);
-    TDM_LAUNCHED(err, "add_f32");
+    TDM_LAUNCH(err, g, add_f32, blocks, 256, 0, y, x, n);
     return TDM_OK;
 }
 

@@ -26,6 +26,7 @@ __global__ void __launch_bounds__(HANDOFF_THREADS)
     publish_kernel(tdm_gpu_handoff h, int32_t layer, const float *__restrict__ x, const int32_t *__restrict__ ids,
                    const float *__restrict__ w, int32_t ntok)
 {
+    tdm_pdl_enter();
     const int nk = ntok * h.k;
     if (!layer_misses(h, layer, ids, nk)) {
         if (blockIdx.x == 0 && threadIdx.x == 0)
@@ -75,6 +76,7 @@ __device__ __forceinline__ uint64_t global_ns(void)
 __global__ void __launch_bounds__(HANDOFF_THREADS)
     merge_kernel(tdm_gpu_handoff h, float *__restrict__ y, int32_t ntok, uint64_t timeout_ns)
 {
+    tdm_pdl_enter();
     const uint32_t seq = h.state[TDM_GPU_HANDOFF_CUR];
     if (seq == 0)
         return;
@@ -132,9 +134,8 @@ extern "C" tdm_status tdm_gpu_handoff_publish(tdm_gpu *g, const tdm_gpu_handoff 
     if (st)
         return st;
     TDM_REQUIRE(err, layer >= 0, "gpu handoff: layer %d", layer);
-    publish_kernel<<<grid_for((int64_t)ntok * h->n_embd), HANDOFF_THREADS, 0, g->stream>>>(*h, layer, x, ids,
-                                                                                            weights, ntok);
-    TDM_LAUNCHED(err, "handoff publish");
+    TDM_LAUNCH(err, g, publish_kernel, grid_for((int64_t)ntok * h->n_embd), HANDOFF_THREADS, 0, *h, layer, x, ids,
+               weights, ntok);
     return TDM_OK;
 }
 
@@ -145,9 +146,8 @@ extern "C" tdm_status tdm_gpu_handoff_merge(tdm_gpu *g, const tdm_gpu_handoff *h
     if (st)
         return st;
     const double t = h->timeout_s > 0 ? h->timeout_s : 30.0;
-    merge_kernel<<<grid_for((int64_t)ntok * h->n_embd), HANDOFF_THREADS, 0, g->stream>>>(*h, y, ntok,
-                                                                                          (uint64_t)(t * 1e9));
-    TDM_LAUNCHED(err, "handoff merge");
+    TDM_LAUNCH(err, g, merge_kernel, grid_for((int64_t)ntok * h->n_embd), HANDOFF_THREADS, 0, *h, y, ntok,
+               (uint64_t)(t * 1e9));
     return TDM_OK;
 }
 

@@ -4,63 +4,86 @@
 #include "gpu_moe.cuh"
 #include "gpu_quant.cuh"
 
-/* One warp per token: probabilities in shared memory, k rounds of arg-max. */
+#define ROUTER_PER_LANE (ROUTER_MAX_EXPERTS / 32)
+#define ROUTER_TAKEN (-3.0f)   /* chosen in an earlier round */
+#define ROUTER_NONE (-2.0f)    /* past n_expert */
+#define ROUTER_NAN (-1.0f)     /* a NaN probability: below every real one */
+
+/* Lane-local arg-max of p (element i is expert 32 i + lane): strict, so the
+ * lowest id of the lane wins ties. */
+__device__ __forceinline__ void router_lane_best(const float *p, float *best, int *bi)
+{
+    *best = p[0];
+    *bi = threadIdx.x;
+#pragma unroll
+    for (int i = 1; i < ROUTER_PER_LANE; i++)
+        if (p[i] > *best) {
+            *best = p[i];
+            *bi = 32 * i + (int)threadIdx.x;
+        }
+}
+
+/* One warp per token, the probabilities in registers (ROUTER_PER_LANE per
+ * lane): softmax, then k rounds of a warp arg-max (ties to the lower id)
+ * after which only the winner's lane rescans its own values. A NaN
+ * probability ranks below every real one and, when it is still among the k,
+ * writes the id n_expert (never resident). */
 __global__ void __launch_bounds__(32)
     router_kernel(const float *__restrict__ logits, int n_expert, int k, int renorm, int32_t *ids,
                   float *weights)
 {
-    __shared__ float p[ROUTER_MAX_EXPERTS];
-    int t = blockIdx.x, lane = threadIdx.x;
+    tdm_pdl_enter();
+    const int t = blockIdx.x, lane = threadIdx.x;
     const float *lr = logits + (int64_t)t * n_expert;
-    float mx = -INFINITY;
-    for (int e = lane; e < n_expert; e += 32)
-        mx = fmaxf(mx, lr[e]);
-    mx = tdm_warp_max(mx);
-    float sum = 0.0f;
-    for (int e = lane; e < n_expert; e += 32) {
-        float v = expf(lr[e] - mx);
-        p[e] = v;
-        sum += v;
+    float p[ROUTER_PER_LANE], mx = -INFINITY, sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ROUTER_PER_LANE; i++) {
+        const int e = 32 * i + lane;
+        p[i] = e < n_expert ? lr[e] : -INFINITY;
+        mx = fmaxf(mx, p[i]);
     }
-    sum = tdm_warp_sum(sum);
-    float inv = 1.0f / sum;
-    for (int e = lane; e < n_expert; e += 32)
-        p[e] *= inv;
-    __syncwarp();
-    float chosen[ROUTER_MAX_K];
-    float tot = 0.0f;
+    mx = tdm_warp_max(mx);
+#pragma unroll
+    for (int i = 0; i < ROUTER_PER_LANE; i++) {
+        p[i] = 32 * i + lane < n_expert ? expf(p[i] - mx) : 0.0f;
+        sum += p[i];
+    }
+    const float inv = 1.0f / tdm_warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < ROUTER_PER_LANE; i++) {
+        const float v = p[i] * inv;
+        p[i] = 32 * i + lane >= n_expert ? ROUTER_NONE : v == v ? v : ROUTER_NAN;
+    }
+    float best, tot = 0.0f, mine = 0.0f;
+    int bi;
+    router_lane_best(p, &best, &bi);
     for (int r = 0; r < k; r++) {
-        float best = -1.0f;
-        int bi = n_expert;
-        for (int e = lane; e < n_expert; e += 32) {
-            if (p[e] > best) { /* strict: the lowest id of this lane wins ties */
-                best = p[e];
-                bi = e;
-            }
-        }
+        float wb = best;
+        int wi = bi;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
-            float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ob > best || (ob == best && oi < bi)) {
-                best = ob;
-                bi = oi;
+            const float ob = __shfl_xor_sync(0xffffffffu, wb, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, wi, o);
+            if (ob > wb || (ob == wb && oi < wi)) {
+                wb = ob;
+                wi = oi;
             }
         }
-        chosen[r] = best;
-        tot += best;
+        tot += wb;
+        if (lane == r)
+            mine = wb;
         if (lane == 0)
-            ids[(int64_t)t * k + r] = bi;
-        __syncwarp();
-        if (lane == (bi & 31))
-            p[bi] = -2.0f; /* taken */
-        __syncwarp();
+            ids[(int64_t)t * k + r] = wb < 0.0f ? n_expert : wi;
+        if ((wi & 31) == lane) {
+#pragma unroll
+            for (int i = 0; i < ROUTER_PER_LANE; i++)
+                if (i == wi >> 5)
+                    p[i] = ROUTER_TAKEN;
+            router_lane_best(p, &best, &bi);
+        }
     }
-    if (lane == 0) {
-        float d = renorm ? 1.0f / tot : 1.0f;
-        for (int r = 0; r < k; r++)
-            weights[(int64_t)t * k + r] = chosen[r] * d;
-    }
+    if (lane < k)
+        weights[(int64_t)t * k + lane] = mine * (renorm ? 1.0f / tot : 1.0f);
 }
 
 extern "C" tdm_status tdm_gpu_router(tdm_gpu *g, const float *logits, int64_t ntok,
@@ -73,9 +96,8 @@ extern "C" tdm_status tdm_gpu_router(tdm_gpu *g, const float *logits, int64_t nt
     TDM_REQUIRE(err, k >= 1 && k <= n_expert && k <= ROUTER_MAX_K,
                 "gpu router: k=%lld outside 1..min(n_expert, %d)", (long long)k, ROUTER_MAX_K);
     TDM_REQUIRE(err, ntok >= 1 && ntok <= INT32_MAX, "gpu router: ntok=%lld", (long long)ntok);
-    router_kernel<<<(unsigned)ntok, 32, 0, g->stream>>>(logits, (int)n_expert, (int)k,
-                                                        renorm ? 1 : 0, ids, weights);
-    TDM_LAUNCHED(err, "router_kernel");
+    TDM_LAUNCH(err, g, router_kernel, (unsigned)ntok, 32, 0, logits, (int)n_expert, (int)k, renorm ? 1 : 0, ids,
+               weights);
     return TDM_OK;
 }
 
@@ -114,6 +136,16 @@ __device__ __forceinline__ int64_t chunk_off(const tdm_geom &g, int64_t k0)
     return k0 / g.blk * g.bytes;
 }
 
+/* Block x of a gate_up launch asks L2 for its share (1 / gridDim.x) of the
+ * selection's down matrix m: the down kernel that follows then reads it
+ * from L2, fetched while gate and up were computed. */
+__device__ __forceinline__ void prefetch_share(const uint8_t *m, int64_t bytes)
+{
+    const int64_t per = (bytes / gridDim.x + 127) & ~(int64_t)127, off = (int64_t)blockIdx.x * per;
+    if (off < bytes)
+        tdm_prefetch_l2(m + off, bytes - off < per ? bytes - off : per);
+}
+
 /* Block = tile rows of gate and up for one selection (a (token, rank)
  * pair or the shared expert). The block quantises the token's x into
  * shared memory (a chunk of n_embd at a time), then each group of SPLIT
@@ -130,36 +162,42 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
     uint2 *xs = (uint2 *)(xq8 + pitch);
     tdm_xq xq = {xq8, xs, pitch};
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sel = blockIdx.y, t, rank;
-    const uint8_t *gw, *uw;
-    int gtype, utype, n_ff;
-    if (sel < ntok * k) {
+    const bool routed = sel < ntok * k;
+    const int n_ff = routed ? a.n_ff : a.sh_n_ff, tile0 = blockIdx.x * tile;
+    const int64_t grb = routed ? a.gate_row_bytes : a.sh_gate_row_bytes;
+    const int64_t urb = routed ? a.up_row_bytes : a.sh_up_row_bytes;
+    const int live_rows = n_ff - tile0 < tile ? n_ff - tile0 : tile;
+    const uint8_t *gw = a.sh_gate, *uw = a.sh_up;
+    int gtype = a.sh_gate_type, utype = a.sh_up_type;
+    if (!routed) { /* the shared expert: weights only, ahead of the wait */
+        prefetch_share(a.sh_down, a.n_embd * a.sh_down_row_bytes);
+        if (live_rows > 0) {
+            tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
+            tdm_prefetch_l2(uw + tile0 * urb, live_rows * urb);
+        }
+    }
+    tdm_pdl_enter(); /* x and ids are the previous kernels' */
+    if (routed) {
         t = sel / k;
         rank = sel % k;
         const uint8_t *base = expert_base(a, ids[sel]);
         if (!base)
             return; /* not resident: the CPU computes it (uniform over the block) */
-        n_ff = a.n_ff;
+        prefetch_share(base + a.down_off, a.n_embd * a.down_row_bytes);
+        if (live_rows <= 0)
+            return;
         gw = base + a.gate_off;
         uw = base + a.up_off;
         gtype = a.gate_type;
         utype = a.up_type;
+        tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
+        tdm_prefetch_l2(uw + tile0 * urb, live_rows * urb);
     } else {
+        if (live_rows <= 0)
+            return; /* the narrower of routed and shared n_ff */
         t = sel - ntok * k;
         rank = k;
-        n_ff = a.sh_n_ff;
-        gw = a.sh_gate;
-        uw = a.sh_up;
-        gtype = a.sh_gate_type;
-        utype = a.sh_up_type;
     }
-    int tile0 = blockIdx.x * tile;
-    if (tile0 >= n_ff)
-        return; /* the narrower of routed and shared n_ff */
-    int64_t grb = sel < ntok * k ? a.gate_row_bytes : a.sh_gate_row_bytes;
-    int64_t urb = sel < ntok * k ? a.up_row_bytes : a.sh_up_row_bytes;
-    int live_rows = n_ff - tile0 < tile ? n_ff - tile0 : tile;
-    tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
-    tdm_prefetch_l2(uw + tile0 * urb, live_rows * urb);
     tdm_geom gg = tdm_geom_rt(gtype), ug = tdm_geom_rt(utype);
     const float *xt = x + (int64_t)t * a.n_embd;
     int sub = (warp % SPLIT) * 32 + lane, nchunks = (a.n_embd + chunk - 1) / chunk;
@@ -203,8 +241,13 @@ __device__ __forceinline__ void down_items(const uint8_t *const *base, const flo
                                            const tdm_xq &xq, const float *hf, int64_t h_stride,
                                            float *acc)
 {
-    for (int it = sub; it < n_items; it += nsub) {
-        int r = r0 + it / nu, u = it - (it / nu) * nu;
+    const int dr = nsub / nu, du = nsub - dr * nu; /* one step in (rank, unit) */
+    int r = r0 + sub / nu, u = sub - (sub / nu) * nu;
+    for (int it = sub; it < n_items; it += nsub, r += dr, u += du) {
+        if (u >= nu) {
+            u -= nu;
+            r++;
+        }
         const uint8_t *b = base[r];
         if (!b)
             continue;
@@ -239,6 +282,9 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
     tdm_xq xq = {xq8, xs, pitch};
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tile0 = blockIdx.x * tile;
     int live_rows = a.n_embd - tile0 < tile ? a.n_embd - tile0 : tile;
+    if (a.has_shared) /* weights only, ahead of the wait */
+        tdm_prefetch_l2(a.sh_down + tile0 * a.sh_down_row_bytes, live_rows * a.sh_down_row_bytes);
+    tdm_pdl_enter(); /* h, ids and the weights are the previous kernels' */
     for (int r = threadIdx.x; r < nsel; r += blockDim.x) {
         const uint8_t *b;
         if (r < k) {
@@ -252,11 +298,9 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
         base[r] = b;
     }
     __syncthreads();
-    for (int r = 0; r < nsel; r++) {
-        int64_t rb = r < k ? a.down_row_bytes : a.sh_down_row_bytes;
+    for (int r = 0; r < k; r++)
         if (base[r])
-            tdm_prefetch_l2(base[r] + tile0 * rb, live_rows * rb);
-    }
+            tdm_prefetch_l2(base[r] + tile0 * a.down_row_bytes, live_rows * a.down_row_bytes);
     tdm_geom dg = tdm_geom_rt(a.down_type), sg = tdm_geom_rt(a.sh_down_type);
     const float *ht = h + (int64_t)t * nsel * a.h_stride;
     int sub = (warp % SPLIT) * 32 + lane, nchunks = (int)((a.h_stride + chunk - 1) / chunk);
@@ -417,13 +461,8 @@ extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L
     const int split = moe_split_of(g), tile = moe_tile_of(g, split);
     dim3 grid(tdm_cdiv(a.h_stride, tile), (unsigned)(ntok * (k + a.has_shared)));
     size_t smem = moe_smem_bytes(chunk, 1);
-    if (split == 4)
-        moe_gate_up_kernel<4><<<grid, MOE_WARPS * 32, smem, g->stream>>>(a, x, ids, (int)k,
-                                                                          (int)ntok, h, chunk, tile);
-    else
-        moe_gate_up_kernel<1><<<grid, MOE_WARPS * 32, smem, g->stream>>>(a, x, ids, (int)k,
-                                                                          (int)ntok, h, chunk, tile);
-    TDM_LAUNCHED(err, "moe_gate_up_kernel");
+    TDM_LAUNCH(err, g, split == 4 ? moe_gate_up_kernel<4> : moe_gate_up_kernel<1>, grid, MOE_WARPS * 32, smem, a, x,
+               ids, (int)k, (int)ntok, h, chunk, tile);
     return TDM_OK;
 }
 
@@ -442,12 +481,7 @@ extern "C" tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, c
     const int split = moe_split_of(g), tile = moe_tile_of(g, split);
     dim3 grid(tdm_cdiv(a.n_embd, tile), (unsigned)ntok);
     size_t smem = moe_smem_bytes(chunk, nsel);
-    if (split == 4)
-        moe_down_kernel<4><<<grid, MOE_WARPS * 32, smem, g->stream>>>(
-            a, h, ids, weights, (int)k, add, y, accumulate ? 1 : 0, chunk, tile);
-    else
-        moe_down_kernel<1><<<grid, MOE_WARPS * 32, smem, g->stream>>>(
-            a, h, ids, weights, (int)k, add, y, accumulate ? 1 : 0, chunk, tile);
-    TDM_LAUNCHED(err, "moe_down_kernel");
+    TDM_LAUNCH(err, g, split == 4 ? moe_down_kernel<4> : moe_down_kernel<1>, grid, MOE_WARPS * 32, smem, a, h, ids,
+               weights, (int)k, add, y, accumulate ? 1 : 0, chunk, tile);
     return TDM_OK;
 }

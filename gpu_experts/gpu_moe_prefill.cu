@@ -152,6 +152,7 @@ __device__ void pf_block_exclusive_scan(int *v, int n)
 __global__ void __launch_bounds__(PF_PLAN_THREADS)
     pf_plan_kernel(pf_args a, const int32_t *__restrict__ ids, pf_plan p)
 {
+    tdm_pdl_enter();
     extern __shared__ int pf_sm[];
     const int G = a.n_expert + 1, tid = threadIdx.x, nt = blockDim.x;
     int *off = pf_sm, *toff = pf_sm + G + 1;
@@ -213,6 +214,7 @@ template <int NMAT>
 __global__ void __launch_bounds__(PF_THREADS)
     pf_gemm_kernel(pf_args a, pf_plan p, const float *__restrict__ src, float *__restrict__ dst)
 {
+    tdm_pdl_enter();
     using namespace nvcuda;
     __shared__ __align__(128) unsigned char sm[(NMAT * PF_BM + PF_TN) * PF_LDH * 2];
     __shared__ int64_t src_off[PF_TN], dst_off[PF_TN];
@@ -319,6 +321,7 @@ __global__ void pf_reduce_kernel(pf_args a, const int32_t *__restrict__ ids,
                                  const float *__restrict__ wts, const float *__restrict__ part,
                                  const float *add, float *y, int accumulate)
 {
+    tdm_pdl_enter();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)a.ntok * a.n_embd)
         return;
@@ -443,17 +446,12 @@ extern "C" tdm_status tdm_gpu_moe_prefill(tdm_gpu *g, const tdm_gpu_moe_layer *L
     pf_plan p = {(int32_t *)(sb + lo.perm), (pf_tile *)(sb + lo.tiles), (int32_t *)(sb + lo.ntiles),
                  (float *)(sb + lo.part)};
     size_t plan_smem = 2 * (size_t)(a.n_expert + 2) * sizeof(int);
-    pf_plan_kernel<<<1, PF_PLAN_THREADS, plan_smem, g->stream>>>(a, ids, p);
-    TDM_LAUNCHED(err, "pf_plan_kernel");
+    TDM_LAUNCH(err, g, pf_plan_kernel, 1, PF_PLAN_THREADS, plan_smem, a, ids, p);
     int ff = a.mat[0][0].rows > a.mat[1][0].rows ? a.mat[0][0].rows : a.mat[1][0].rows;
-    pf_gemm_kernel<2><<<dim3((unsigned)lo.max_tiles, tdm_cdiv(ff, PF_BM)), PF_THREADS, 0,
-                        g->stream>>>(a, p, x, h);
-    TDM_LAUNCHED(err, "pf_gemm_kernel<gate_up>");
-    pf_gemm_kernel<1><<<dim3((unsigned)lo.max_tiles, tdm_cdiv(a.n_embd, PF_BM)), PF_THREADS, 0,
-                        g->stream>>>(a, p, h, p.part);
-    TDM_LAUNCHED(err, "pf_gemm_kernel<down>");
-    pf_reduce_kernel<<<tdm_cdiv(ntok * a.n_embd, 256), 256, 0, g->stream>>>(
-        a, ids, weights, p.part, add, y, accumulate ? 1 : 0);
-    TDM_LAUNCHED(err, "pf_reduce_kernel");
+    TDM_LAUNCH(err, g, pf_gemm_kernel<2>, dim3((unsigned)lo.max_tiles, tdm_cdiv(ff, PF_BM)), PF_THREADS, 0, a, p, x, h);
+    TDM_LAUNCH(err, g, pf_gemm_kernel<1>, dim3((unsigned)lo.max_tiles, tdm_cdiv(a.n_embd, PF_BM)), PF_THREADS, 0, a, p, h,
+               p.part);
+    TDM_LAUNCH(err, g, pf_reduce_kernel, tdm_cdiv(ntok * a.n_embd, 256), 256, 0, a, ids, weights, p.part, add, y,
+               accumulate ? 1 : 0);
     return TDM_OK;
 }

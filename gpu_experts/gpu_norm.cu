@@ -11,6 +11,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
     rmsnorm_kernel(const float *x, const float *__restrict__ w, const float *__restrict__ z, float *y,
                    int64_t n, int64_t stride, float eps)
 {
+    tdm_pdl_enter();
     __shared__ float red[32];
     const float *xr = x + blockIdx.x * stride, *zr = z ? z + blockIdx.x * stride : NULL;
     float *yr = y + blockIdx.x * stride;
@@ -61,15 +62,13 @@ __global__ void __launch_bounds__(NORM_THREADS)
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-static void launch_rmsnorm(tdm_gpu *g, const float *x, const float *w, const float *z, float *y,
-                           int64_t n_rows, int64_t n, int64_t stride, float eps)
+static cudaError_t launch_rmsnorm(tdm_gpu *g, const float *x, const float *w, const float *z, float *y,
+                                  int64_t n_rows, int64_t n, int64_t stride, float eps)
 {
     const bool vec = n % 4 == 0 && stride % 4 == 0 && n <= NORM_THREADS * 4 * NORM_VEC && aligned16(x) &&
                      aligned16(w) && aligned16(y) && (!z || aligned16(z));
-    if (vec)
-        rmsnorm_kernel<true><<<(unsigned)n_rows, NORM_THREADS, 0, g->stream>>>(x, w, z, y, n, stride, eps);
-    else
-        rmsnorm_kernel<false><<<(unsigned)n_rows, NORM_THREADS, 0, g->stream>>>(x, w, z, y, n, stride, eps);
+    return tdm_launch(g, vec ? rmsnorm_kernel<true> : rmsnorm_kernel<false>, (unsigned)n_rows, NORM_THREADS, 0, x, w, z,
+                      y, n, stride, eps);
 }
 
 extern "C" tdm_status tdm_gpu_rmsnorm(tdm_gpu *g, const float *x, const float *w, float *y,
@@ -80,8 +79,7 @@ extern "C" tdm_status tdm_gpu_rmsnorm(tdm_gpu *g, const float *x, const float *w
     TDM_REQUIRE(err, n_rows > 0 && n_rows <= INT32_MAX && n > 0 && stride >= n,
                 "gpu rmsnorm: bad shape rows=%lld n=%lld stride=%lld", (long long)n_rows,
                 (long long)n, (long long)stride);
-    launch_rmsnorm(g, x, w, NULL, y, n_rows, n, stride, eps);
-    TDM_LAUNCHED(err, "rmsnorm_kernel");
+    TDM_CU(err, launch_rmsnorm(g, x, w, NULL, y, n_rows, n, stride, eps));
     return TDM_OK;
 }
 
@@ -92,8 +90,7 @@ extern "C" tdm_status tdm_gpu_rmsnorm_gated(tdm_gpu *g, const float *x, const fl
     TDM_REQUIRE(err, x && z && w && y, "gpu rmsnorm_gated: NULL argument");
     TDM_REQUIRE(err, n_rows > 0 && n_rows <= INT32_MAX && n > 0,
                 "gpu rmsnorm_gated: bad shape rows=%lld n=%lld", (long long)n_rows, (long long)n);
-    launch_rmsnorm(g, x, w, z, y, n_rows, n, n, eps);
-    TDM_LAUNCHED(err, "rmsnorm_kernel (gated)");
+    TDM_CU(err, launch_rmsnorm(g, x, w, z, y, n_rows, n, n, eps));
     return TDM_OK;
 }
 
@@ -101,6 +98,7 @@ extern "C" tdm_status tdm_gpu_rmsnorm_gated(tdm_gpu *g, const float *x, const fl
 __global__ void rope_kernel(float *x, int64_t ntok, int64_t n_head, int64_t head_dim,
                             int64_t tok_stride, int64_t half, float base, const int32_t *pos)
 {
+    tdm_pdl_enter();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= ntok * n_head * half)
         return;
@@ -128,15 +126,15 @@ extern "C" tdm_status tdm_gpu_rope(tdm_gpu *g, float *x, int64_t ntok, int64_t n
                 (long long)head_dim);
     TDM_REQUIRE(err, base > 0.0f, "gpu rope: base %g", (double)base);
     int64_t n = ntok * n_head * (n_rot / 2);
-    rope_kernel<<<tdm_cdiv(n, 256), 256, 0, g->stream>>>(x, ntok, n_head, head_dim, tok_stride,
-                                                         n_rot / 2, base, pos);
-    TDM_LAUNCHED(err, "rope_kernel");
+    TDM_LAUNCH(err, g, rope_kernel, tdm_cdiv(n, 256), 256, 0, x, ntok, n_head, head_dim, tok_stride, n_rot / 2, base,
+               pos);
     return TDM_OK;
 }
 
 __global__ void qgate_split_kernel(const float *__restrict__ p, float *__restrict__ q,
                                    float *__restrict__ gate, int64_t n, int64_t head_dim)
 {
+    tdm_pdl_enter();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n)
         return;
@@ -152,7 +150,6 @@ extern "C" tdm_status tdm_gpu_qgate_split(tdm_gpu *g, const float *p, float *q, 
     TDM_REQUIRE(err, p && q && gate, "gpu qgate_split: NULL argument");
     TDM_REQUIRE(err, ntok > 0 && n_head > 0 && head_dim > 0, "gpu qgate_split: bad shape");
     int64_t n = ntok * n_head * head_dim;
-    qgate_split_kernel<<<tdm_cdiv(n, 256), 256, 0, g->stream>>>(p, q, gate, n, head_dim);
-    TDM_LAUNCHED(err, "qgate_split_kernel");
+    TDM_LAUNCH(err, g, qgate_split_kernel, tdm_cdiv(n, 256), 256, 0, p, q, gate, n, head_dim);
     return TDM_OK;
 }

@@ -104,8 +104,11 @@ __global__ void __launch_bounds__(MVF_WARPS * 32)
     x += t0 * 8 * units;
     y += t0 * rows;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % wpr;
-    int64_t row0 = ((int64_t)blockIdx.x * (MVF_WARPS / wpr) + warp / wpr) * R;
+    int64_t first = (int64_t)blockIdx.x * (MVF_WARPS / wpr) * R, row0 = first + (int64_t)(warp / wpr) * R;
     int nrows = rows - row0 < R ? (int)(rows - row0) : R;
+    if (blockIdx.y == 0) /* the block's rows, once for all token groups */
+        tdm_prefetch_l2(w + first * row_bytes, (rows - first < (MVF_WARPS / wpr) * R ? rows - first : (MVF_WARPS / wpr) * R) * row_bytes);
+    tdm_pdl_enter(); /* x is the previous kernel's */
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -150,6 +153,7 @@ __global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_
     int nchunks = (int)((k + chunk - 1) / chunk);
     int64_t first = (int64_t)blockIdx.x * tile_rows;
     tdm_prefetch_l2(w + first * row_bytes, (rows - first < tile_rows ? rows - first : tile_rows) * row_bytes);
+    tdm_pdl_enter(); /* x is the previous kernel's */
     for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         int64_t row0 = tile * tile_rows + (warp / wpr) * rows_group + (lane >> lpr_log2) * R;
         int nrows = rows - row0 < R ? (int)(rows - row0) : R;
@@ -202,14 +206,13 @@ typedef struct mv_plan {
 } mv_plan;
 
 #define MVF_LAUNCH(NT, R)                                                                     \
-    matvec_f_kernel<T, NT, R><<<dim3(tdm_cdiv(p->rows, (MVF_WARPS / p->wpr) * R), p->groups),  \
-                                MVF_WARPS * 32, 0, st>>>(p->w, p->row_bytes, p->rows,             \
-                                                         (int)(p->k / 8), p->x, p->all_tok, p->y, \
-                                                         p->acc, p->wpr)
+    e = tdm_launch(g, matvec_f_kernel<T, NT, R>, dim3(tdm_cdiv(p->rows, (MVF_WARPS / p->wpr) * R), p->groups), \
+                   dim3(MVF_WARPS * 32), 0, p->w, p->row_bytes, p->rows, (int)(p->k / 8), p->x,   \
+                   p->all_tok, p->y, p->acc, p->wpr)
 #define MVQ_LAUNCH(NT, R)                                                                     \
-    matvec_q8_kernel<T, NT, R><<<dim3(p->grid, p->groups), MVQ_WARPS * 32, p->smem, st>>>(   \
-        p->w, p->row_bytes, p->rows, p->k, p->x, p->all_tok, p->y, p->acc, p->lpr_log2, p->wpr, \
-        p->chunk)
+    e = tdm_launch(g, matvec_q8_kernel<T, NT, R>, dim3(p->grid, p->groups), dim3(MVQ_WARPS * 32), \
+                   p->smem, p->w, p->row_bytes, p->rows, p->k, p->x, p->all_tok, p->y, p->acc,    \
+                   p->lpr_log2, p->wpr, p->chunk)
 /* token buckets 1, 2, 4, 8; R = 2 only from 3 tokens on */
 #define MV_BUCKETS(L)                                                                         \
     do {                                                                                      \
@@ -249,17 +252,18 @@ template <int T> static void plan_q8(mv_plan *p, const tdm_gpu_tuning *tu, int s
     p->smem = p->ntok * pitch + p->ntok * (pitch / 32) * sizeof(uint2);
 }
 
-template <int T>
-static void launch_matvec(cudaStream_t st, mv_plan *p, const tdm_gpu_tuning *tu, int sm_count)
+template <int T> static cudaError_t launch_matvec(const tdm_gpu *g, mv_plan *p)
 {
+    cudaError_t e;
     if constexpr (QT<T>::I8) {
-        plan_q8<T>(p, tu, sm_count);
+        plan_q8<T>(p, &g->tune, g->sm_count);
         MV_BUCKETS(MVQ_LAUNCH);
     } else {
-        p->wpr = tu->matvec_wpr ? tu->matvec_wpr
-                                : auto_wpr((p->rows + p->rpw - 1) / p->rpw, (int)(p->k / 8), sm_count);
+        p->wpr = g->tune.matvec_wpr ? g->tune.matvec_wpr
+                                    : auto_wpr((p->rows + p->rpw - 1) / p->rpw, (int)(p->k / 8), g->sm_count);
         MV_BUCKETS(MVF_LAUNCH);
     }
+    return e;
 }
 
 /* Shared argument checks of the weight-reading entry points. */
@@ -306,8 +310,9 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
     p.rpw = per <= 2 ? 1
             : g->tune.matvec_rows ? g->tune.matvec_rows
             : rows >= 2048 && k >= 2048 ? 2 : 1;
-    TDM_QT_DISPATCH(wt, (launch_matvec<QTYPE>(g->stream, &p, &g->tune, g->sm_count)));
-    TDM_LAUNCHED(err, "matvec kernel");
+    cudaError_t e = cudaErrorInvalidValue;
+    TDM_QT_DISPATCH(wt, (e = launch_matvec<QTYPE>(g, &p)));
+    TDM_CU(err, e);
     return TDM_OK;
 }
 
@@ -316,6 +321,7 @@ template <int T>
 __global__ void dequant_f16_kernel(const uint8_t *__restrict__ w, int64_t row_bytes, int units,
                                    int64_t total, uint16_t *__restrict__ dst)
 {
+    tdm_pdl_enter();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total)
         return;
@@ -343,14 +349,15 @@ extern "C" tdm_status tdm_gpu_dequant_f16(tdm_gpu *g, tdm_qtype wt, const void *
     int64_t total = rows * units;
     unsigned grid = tdm_cdiv(total, 256);
     const uint8_t *wb = (const uint8_t *)w;
-    TDM_QT_DISPATCH(wt, (dequant_f16_kernel<QTYPE><<<grid, 256, 0, g->stream>>>(wb, row_bytes,
-                                                                               units, total, dst)));
-    TDM_LAUNCHED(err, "dequant_f16_kernel");
+    cudaError_t e = cudaErrorInvalidValue;
+    TDM_QT_DISPATCH(wt, (e = tdm_launch(g, dequant_f16_kernel<QTYPE>, grid, 256, 0, wb, row_bytes, units, total, dst)));
+    TDM_CU(err, e);
     return TDM_OK;
 }
 
 __global__ void f32_to_f16_kernel(const float *__restrict__ x, int64_t n, __half *__restrict__ y)
 {
+    tdm_pdl_enter();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         y[i] = __float2half_rn(x[i]);
@@ -387,8 +394,7 @@ extern "C" tdm_status tdm_gpu_matmul(tdm_gpu *g, tdm_qtype wt, const void *w, in
         chunk = rows;
     __half *x16 = (__half *)scratch;
     uint16_t *w16 = (uint16_t *)((char *)scratch + xbytes);
-    f32_to_f16_kernel<<<tdm_cdiv(ntok * k, 256), 256, 0, g->stream>>>(x, ntok * k, x16);
-    TDM_LAUNCHED(err, "f32_to_f16_kernel");
+    TDM_LAUNCH(err, g, f32_to_f16_kernel, tdm_cdiv(ntok * k, 256), 256, 0, x, ntok * k, x16);
     const float one = 1.0f, zero = 0.0f;
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         int64_t n = rows - r0 < chunk ? rows - r0 : chunk;

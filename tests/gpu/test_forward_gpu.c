@@ -4,7 +4,8 @@
  *    rel L2 <= 1e-3 and top-1 = 1.0 vs the reference (the CPU test's bounds);
  *    the same eval split in batches of 5 and the last-row-only head agree;
  *    greedy_24 through incremental decode (CUDA graphs; the same steps
- *    without graphs give the same logits), greedy_last logits, route hook
+ *    without graphs, or with programmatic dependent launch off, give the
+ *    same logits), greedy_last logits, route hook
  *    calls, recurrent-state save/load replays the same continuation;
  *  - small-qwen35moe Q4_K_M: KL(ref || gpu) <= 1.1 KL(ref || llama.cpp) and
  *    top-1 vs llama.cpp >= 0.95 (test_model_quant's bounds; or top-1 vs the
@@ -129,15 +130,23 @@ static void check_greedy(fx_micro *mc)
     printf("  greedy_24 (decode on the GPU): %d/%d tokens match; CUDA graphs %s\n", match, ng,
            tdm_forward_gpu_graphs(f) ? "on" : "OFF (a recording failed)");
     assert_true(tdm_forward_gpu_graphs(f));
-    { /* the same steps without graphs: the same kernels, the same logits */
+    /* the same steps without graphs, and (graphs and eager) with programmatic
+     * dependent launch off: the same kernels, the same logits; a kernel
+     * touching its predecessor's data before tdm_pdl_enter would differ */
+    for (int v = 0; v < 3; v++) {
+        static const char *what[3] = {"without CUDA graphs", "graphs, PDL off", "no graphs, PDL off"};
         tdm_forward_gpu *fe = gpu_new(mc->m, n + ng + 8, 512);
+        const tdm_gpu_tuning tu = {.pdl = v ? -1 : 0};
+        tdm_error err = {0};
+        assert_int_equal(tdm_gpu_set_tuning(tdm_forward_gpu_context(fe), &tu, &err), TDM_OK);
         float *le = malloc((size_t)V * sizeof(float));
-        tdm_forward_gpu_set_graphs(fe, false);
+        tdm_forward_gpu_set_graphs(fe, v == 1);
         gpu_eval(fe, tokens, n, 0, le, false);
         for (int i = 0; i < ng; i++)
             gpu_eval(fe, &want[i], 1, n + i, le, false);
-        printf("  decode with vs without CUDA graphs: rel diff %.2e\n", fx_rel_l2(logits, le, V));
+        printf("  decode with graphs and PDL vs %s: rel diff %.2e\n", what[v], fx_rel_l2(logits, le, V));
         assert_true(fx_rel_l2(logits, le, V) < 1e-6);
+        assert_true(v != 1 || tdm_forward_gpu_graphs(fe));
         free(le);
         tdm_forward_gpu_free(fe);
     }

@@ -568,6 +568,9 @@ static void test_router(void **state)
     run_router(3, 256, 8, true, false);
     run_router(5, 37, 3, false, false);
     run_router(2, 64, 4, true, true); /* equal logits: lowest ids, weights 1/k */
+    run_router(2, 1024, 32, true, false); /* the limits: 4 experts per thread, k of a whole warp */
+    run_router(3, 1, 1, false, false);
+    run_router(1, 300, 32, false, true);
     tdm_error e = {0};
     assert_int_equal(tdm_gpu_router(g_gpu, (float *)8, 1, 2000, 8, true, (int32_t *)8, (float *)8, &e),
                      TDM_ERR_INVALID);
