@@ -4,86 +4,64 @@
 #include "gpu_moe.cuh"
 #include "gpu_quant.cuh"
 
-#define ROUTER_PER_LANE (ROUTER_MAX_EXPERTS / 32)
-#define ROUTER_TAKEN (-3.0f)   /* chosen in an earlier round */
-#define ROUTER_NONE (-2.0f)    /* past n_expert */
-#define ROUTER_NAN (-1.0f)     /* a NaN probability: below every real one */
-
-/* Lane-local arg-max of p (element i is expert 32 i + lane): strict, so the
- * lowest id of the lane wins ties. */
-__device__ __forceinline__ void router_lane_best(const float *p, float *best, int *bi)
-{
-    *best = p[0];
-    *bi = threadIdx.x;
-#pragma unroll
-    for (int i = 1; i < ROUTER_PER_LANE; i++)
-        if (p[i] > *best) {
-            *best = p[i];
-            *bi = 32 * i + (int)threadIdx.x;
-        }
-}
-
-/* One warp per token, the probabilities in registers (ROUTER_PER_LANE per
- * lane): softmax, then k rounds of a warp arg-max (ties to the lower id)
- * after which only the winner's lane rescans its own values. A NaN
- * probability ranks below every real one and, when it is still among the k,
- * writes the id n_expert (never resident). */
+/* One warp per token: probabilities in shared memory, k rounds of arg-max. */
 __global__ void __launch_bounds__(32)
     router_kernel(const float *__restrict__ logits, int n_expert, int k, int renorm, int32_t *ids,
                   float *weights)
 {
+    __shared__ float p[ROUTER_MAX_EXPERTS];
     tdm_pdl_enter();
-    const int t = blockIdx.x, lane = threadIdx.x;
+    int t = blockIdx.x, lane = threadIdx.x;
     const float *lr = logits + (int64_t)t * n_expert;
-    float p[ROUTER_PER_LANE], mx = -INFINITY, sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < ROUTER_PER_LANE; i++) {
-        const int e = 32 * i + lane;
-        p[i] = e < n_expert ? lr[e] : -INFINITY;
-        mx = fmaxf(mx, p[i]);
-    }
+    float mx = -INFINITY;
+    for (int e = lane; e < n_expert; e += 32)
+        mx = fmaxf(mx, lr[e]);
     mx = tdm_warp_max(mx);
-#pragma unroll
-    for (int i = 0; i < ROUTER_PER_LANE; i++) {
-        p[i] = 32 * i + lane < n_expert ? expf(p[i] - mx) : 0.0f;
-        sum += p[i];
+    float sum = 0.0f;
+    for (int e = lane; e < n_expert; e += 32) {
+        float v = expf(lr[e] - mx);
+        p[e] = v;
+        sum += v;
     }
-    const float inv = 1.0f / tdm_warp_sum(sum);
-#pragma unroll
-    for (int i = 0; i < ROUTER_PER_LANE; i++) {
-        const float v = p[i] * inv;
-        p[i] = 32 * i + lane >= n_expert ? ROUTER_NONE : v == v ? v : ROUTER_NAN;
-    }
-    float best, tot = 0.0f, mine = 0.0f;
-    int bi;
-    router_lane_best(p, &best, &bi);
+    sum = tdm_warp_sum(sum);
+    float inv = 1.0f / sum;
+    for (int e = lane; e < n_expert; e += 32)
+        p[e] *= inv;
+    __syncwarp();
+    float chosen[ROUTER_MAX_K];
+    float tot = 0.0f;
     for (int r = 0; r < k; r++) {
-        float wb = best;
-        int wi = bi;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ob = __shfl_xor_sync(0xffffffffu, wb, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, wi, o);
-            if (ob > wb || (ob == wb && oi < wi)) {
-                wb = ob;
-                wi = oi;
+        float best = -1.0f;
+        int bi = n_expert;
+        for (int e = lane; e < n_expert; e += 32) {
+            if (p[e] > best) { /* strict: the lowest id of this lane wins ties */
+                best = p[e];
+                bi = e;
             }
         }
-        tot += wb;
-        if (lane == r)
-            mine = wb;
-        if (lane == 0)
-            ids[(int64_t)t * k + r] = wb < 0.0f ? n_expert : wi;
-        if ((wi & 31) == lane) {
 #pragma unroll
-            for (int i = 0; i < ROUTER_PER_LANE; i++)
-                if (i == wi >> 5)
-                    p[i] = ROUTER_TAKEN;
-            router_lane_best(p, &best, &bi);
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ob > best || (ob == best && oi < bi)) {
+                best = ob;
+                bi = oi;
+            }
         }
+        chosen[r] = best;
+        tot += best;
+        if (lane == 0)
+            ids[(int64_t)t * k + r] = bi;
+        __syncwarp();
+        if (lane == (bi & 31))
+            p[bi] = -2.0f; /* taken */
+        __syncwarp();
     }
-    if (lane < k)
-        weights[(int64_t)t * k + lane] = mine * (renorm ? 1.0f / tot : 1.0f);
+    if (lane == 0) {
+        float d = renorm ? 1.0f / tot : 1.0f;
+        for (int r = 0; r < k; r++)
+            weights[(int64_t)t * k + r] = chosen[r] * d;
+    }
 }
 
 extern "C" tdm_status tdm_gpu_router(tdm_gpu *g, const float *logits, int64_t ntok,
@@ -136,16 +114,6 @@ __device__ __forceinline__ int64_t chunk_off(const tdm_geom &g, int64_t k0)
     return k0 / g.blk * g.bytes;
 }
 
-/* Block x of a gate_up launch asks L2 for its share (1 / gridDim.x) of the
- * selection's down matrix m: the down kernel that follows then reads it
- * from L2, fetched while gate and up were computed. */
-__device__ __forceinline__ void prefetch_share(const uint8_t *m, int64_t bytes)
-{
-    const int64_t per = (bytes / gridDim.x + 127) & ~(int64_t)127, off = (int64_t)blockIdx.x * per;
-    if (off < bytes)
-        tdm_prefetch_l2(m + off, bytes - off < per ? bytes - off : per);
-}
-
 /* Block = tile rows of gate and up for one selection (a (token, rank)
  * pair or the shared expert). The block quantises the token's x into
  * shared memory (a chunk of n_embd at a time), then each group of SPLIT
@@ -169,23 +137,19 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
     const int live_rows = n_ff - tile0 < tile ? n_ff - tile0 : tile;
     const uint8_t *gw = a.sh_gate, *uw = a.sh_up;
     int gtype = a.sh_gate_type, utype = a.sh_up_type;
-    if (!routed) { /* the shared expert: weights only, ahead of the wait */
-        prefetch_share(a.sh_down, a.n_embd * a.sh_down_row_bytes);
-        if (live_rows > 0) {
-            tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
-            tdm_prefetch_l2(uw + tile0 * urb, live_rows * urb);
-        }
+    if (!routed && live_rows > 0) { /* the shared expert's rows: weights only, ahead of the wait */
+        tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
+        tdm_prefetch_l2(uw + tile0 * urb, live_rows * urb);
     }
     tdm_pdl_enter(); /* x and ids are the previous kernels' */
+    if (live_rows <= 0)
+        return; /* the narrower of routed and shared n_ff */
     if (routed) {
         t = sel / k;
         rank = sel % k;
         const uint8_t *base = expert_base(a, ids[sel]);
         if (!base)
             return; /* not resident: the CPU computes it (uniform over the block) */
-        prefetch_share(base + a.down_off, a.n_embd * a.down_row_bytes);
-        if (live_rows <= 0)
-            return;
         gw = base + a.gate_off;
         uw = base + a.up_off;
         gtype = a.gate_type;
@@ -193,8 +157,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
         tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
         tdm_prefetch_l2(uw + tile0 * urb, live_rows * urb);
     } else {
-        if (live_rows <= 0)
-            return; /* the narrower of routed and shared n_ff */
         t = sel - ntok * k;
         rank = k;
     }
