@@ -104,10 +104,11 @@ __global__ void __launch_bounds__(MVF_WARPS * 32)
     x += t0 * 8 * units;
     y += t0 * rows;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % wpr;
-    int64_t first = (int64_t)blockIdx.x * (MVF_WARPS / wpr) * R, row0 = first + (int64_t)(warp / wpr) * R;
+    const int64_t block_rows = (MVF_WARPS / wpr) * R, first = (int64_t)blockIdx.x * block_rows;
+    int64_t row0 = first + (int64_t)(warp / wpr) * R;
     int nrows = rows - row0 < R ? (int)(rows - row0) : R;
     if (blockIdx.y == 0) /* the block's rows, once for all token groups */
-        tdm_prefetch_l2(w + first * row_bytes, (rows - first < (MVF_WARPS / wpr) * R ? rows - first : (MVF_WARPS / wpr) * R) * row_bytes);
+        tdm_prefetch_l2(w + first * row_bytes, (rows - first < block_rows ? rows - first : block_rows) * row_bytes);
     tdm_pdl_enter(); /* x is the previous kernel's */
     float acc[R][NT];
 #pragma unroll
