@@ -682,7 +682,7 @@ tdm_status tdm_forward_gpu_rec_load(tdm_forward_gpu *f, const float *src, tdm_er
 static tdm_status proj(tdm_forward_gpu *f, const dweight *w, const float *x, int32_t n, float *y, bool acc,
                        tdm_error *err)
 {
-    if (n > f->mm_min && w->type != TDM_Q_F32) {
+    if (n > f->mm_min) {
         float *dst = acc ? f->tmp : y;
         if (acc && w->rows > f->hp->n_embd)
             return tdm_error_set(err, TDM_ERR_INVALID, "forward_gpu: accumulated product of %lld rows",

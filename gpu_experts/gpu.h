@@ -141,7 +141,8 @@ size_t tdm_gpu_matmul_scratch_bytes(int64_t chunk_rows, int64_t k, int64_t ntok)
 
 /* Prompt products, any ntok: y[t][r] = W[r] . x[t] (y: [ntok][rows]).
  * Dequantises W to fp16 (chunks of rows fitting the scratch) and x to fp16,
- * then cuBLAS GEMM with float32 accumulation. */
+ * then cuBLAS GEMM with float32 accumulation; F32 weights go straight to
+ * cuBLAS SGEMM (float32 throughout, scratch unused, any x range). */
 tdm_status tdm_gpu_matmul(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows, int64_t k,
                           const float *x, int64_t ntok, float *y, void *scratch,
                           size_t scratch_bytes, tdm_error *err);

@@ -9,10 +9,13 @@
  *      PF_TN selections. Only device memory is touched, so the launches are
  *      graph-capturable; the next grids are sized for the worst case and
  *      blocks past the real tile count exit.
- *   2. gate_up: block = (tile, PF_BM rows); per PF_BK-wide step it decodes the
- *      gate and up tiles to fp16 in shared memory ONCE and multiplies them
- *      with the tile's PF_TN gathered tokens on the tensor cores (wmma,
- *      fp16 x fp16 -> fp32), then writes silu(g) * u into h.
+ *   2. gate_up: block = (tile, PF_BM rows); per PF_BK-wide step it stages
+ *      the gate and up tiles in shared memory ONCE through the int8 decoders
+ *      (integer quants plus a float32 {d, m} per 16 elements; plain formats
+ *      as fp16 values) and the tile's gathered tokens as fp16; the tensor
+ *      cores (mma.sync m16n8k16, fp16 x fp16 -> fp32; two m16n8k8 on sm_75)
+ *      multiply each 16 elements exactly and the lanes scale the products
+ *      into float32 accumulators; then writes silu(g) * u into h.
  *   3. down: the same GEMM core over the down matrices and h; each selection's
  *      unweighted product goes to a partial row in scratch.
  *   4. reduce: thread per output element sums the partials in rank order
@@ -20,8 +23,6 @@
  *      float atomics.
  * A selection s < ntok * k is (token s / k, rank s % k); s = ntok * k + t is
  * token t's shared expert (rank k in h). */
-#include <mma.h>
-
 #include "gpu_quant.cuh"
 
 #define PF_MAX_EXPERTS 4096
@@ -29,20 +30,19 @@
 #define PF_THREADS 128             /* 4 warps, 16 weight rows each */
 #define PF_BM 64                   /* weight rows per block */
 #define PF_TN 32                   /* selections (tokens) per tile */
-#define PF_BK 64                   /* reduction elements per step */
-#define PF_UK (PF_BK / 8)          /* decode units per row and step */
-#define PF_LDH (PF_BK + 8)         /* fp16 row stride in shared memory (pads banks) */
-#define PF_LDC (PF_BM + 4)         /* float stride of the epilogue tile */
+#define PF_NS (PF_TN / 8)          /* 8-token slabs of a tile */
+#define PF_BK 128                  /* reduction elements per step: whole decoder units of every format */
+#define PF_BLOCKS_PER_SM 4         /* asked of ptxas: <= 128 registers (no spills) */
+#define PF_HG (PF_BK / 16)         /* scale granules (16 elements) per step */
+#define PF_LDH (PF_BK + 16)        /* fp16 row stride (halves): a lane's 8-byte fragment loads of 8 rows hit distinct banks */
+#define PF_LDQ (PF_BK + 16)        /* int8 row stride (bytes): the same for the 4-byte loads */
 
-static_assert(PF_BM == (PF_THREADS / 32) * 16, "one 16-row wmma slab per warp");
-static_assert(PF_TN % 16 == 0 && PF_BK % 16 == 0, "wmma tiles are 16 x 16 x 16");
-static_assert(PF_TN * PF_LDC * 4 <= PF_BM * PF_LDH * 2,
-              "the float epilogue tile of a matrix fits in its fp16 weight tile");
+static_assert(PF_BM == (PF_THREADS / 32) * 16, "one 16-row mma slab per warp");
 
 typedef struct pf_mat {
     const uint8_t *w;   /* routed: the matrix in slot 0 (add slot * slot_bytes); shared: itself */
     int64_t row_bytes;
-    int type, rows, units; /* units: elements per row / 8 */
+    int type, rows, k;     /* k: elements per row */
 } pf_mat;
 
 typedef struct pf_args {
@@ -193,10 +193,168 @@ __global__ void __launch_bounds__(PF_PLAN_THREADS)
 
 /* ---- 2./3. the grouped GEMM ---- */
 
-/* Decodes unit u of a row whose type is known only at run time (block-uniform). */
-__device__ __forceinline__ void pf_dq_unit(int type, const uint8_t *row, int u, float *q)
+__device__ __forceinline__ __half2 pf_h2(uint32_t u)
 {
-    TDM_QT_DISPATCH(type, (tdm_dq_unit<QTYPE>(row, u, q)));
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return h;
+}
+
+__device__ __forceinline__ uint32_t pf_bits(__half2 h)
+{
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+
+/* Four int8 values biased by 128 (byte b + 128) as two fp16 pairs, exactly:
+ * each byte under the exponent of 1024 is 1152 + b, minus 1152. */
+__device__ __forceinline__ uint2 pf_i8x4_h2(uint32_t q)
+{
+    const __half2 bias = __float2half2_rn(1152.0f);
+    return make_uint2(pf_bits(__hsub2(pf_h2(__byte_perm(q, 0x64646464u, 0x4140)), bias)),
+                      pf_bits(__hsub2(pf_h2(__byte_perm(q, 0x64646464u, 0x4342)), bias)));
+}
+
+/* Bytes of one staged weight row: int8 quants (I8A) or fp16 values. */
+template <bool I8A> __host__ __device__ constexpr int pf_lda() { return I8A ? PF_LDQ : 2 * PF_LDH; }
+
+/* Staging of one PF_BK-wide step of PF_BM rows of a matrix into shared
+ * memory: A [PF_BM][pf_lda] and S [PF_BM][PF_HG] {d, -m}, so that the weight
+ * is d * A - m per element, the scale pair shared by 16 consecutive
+ * elements. Quantised formats keep A integer: int8 biased by 128 (I8A), or
+ * the same integers in fp16 (exact); plain formats (only in fp16 tiles) store
+ * the value rounded to fp16 with {1, 0}. Rows past `rows` and blocks past k
+ * are zeros. Every thread of the block calls it; the type is a template
+ * argument, so a thread issues the loads of all its items before decoding. */
+template <int T, bool I8A>
+__device__ __forceinline__ void pf_stage_weights(const uint8_t *w, int64_t row_bytes, int rows, int k, int row0,
+                                                 int e0, unsigned char *A, float2 *S)
+{
+    using Q = QT<T>;
+    constexpr int LDA = pf_lda<I8A>();
+    if constexpr (Q::I8) {
+        constexpr int UPS = PF_BK / Q::UNIT, ITEMS = PF_BM * UPS;
+        static_assert(ITEMS % PF_THREADS == 0, "items spread evenly");
+#pragma unroll
+        for (int i0 = 0; i0 < ITEMS; i0 += PF_THREADS) {
+            const int i = i0 + (int)threadIdx.x;
+            const int r = i / UPS, e = e0 + (i % UPS) * Q::UNIT, blk = e / Q::BLK, ub = e % Q::BLK / Q::UNIT;
+            tdm_qg g[Q::NG];
+            const bool live = row0 + r < rows && e < k;
+            if (live)
+                Q::dqi8(w + (int64_t)(row0 + r) * row_bytes + (int64_t)blk * Q::BYTES, ub, g);
+#pragma unroll
+            for (int gi = 0; gi < Q::NG; gi++) {
+                /* the group's position in the step (Q6_K's units hold two
+                 * groups 64 elements apart; a step holds whole units) */
+                const int pos = (blk * Q::BLK + 32 * Q::group(ub, gi) - e0) / 32;
+                uint32_t q[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    q[j] = live ? g[gi].q[j] ^ 0x80808080u : 0x80808080u;
+                unsigned char *dst = A + r * LDA + (I8A ? 1 : 2) * 32 * pos;
+#pragma unroll
+                for (int j = 0; j < 8; j += (I8A ? 4 : 2)) {
+                    if constexpr (I8A) {
+                        *(uint4 *)(dst + 4 * j) = make_uint4(q[j], q[j + 1], q[j + 2], q[j + 3]);
+                    } else {
+                        const uint2 lo = pf_i8x4_h2(q[j]), hi = pf_i8x4_h2(q[j + 1]);
+                        *(uint4 *)(dst + 8 * j) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+                    }
+                }
+                S[r * PF_HG + 2 * pos] = live ? make_float2(g[gi].d[0], -g[gi].m[0]) : make_float2(0.0f, 0.0f);
+                S[r * PF_HG + 2 * pos + 1] = live ? make_float2(g[gi].d[1], -g[gi].m[1]) : make_float2(0.0f, 0.0f);
+            }
+        }
+    } else if constexpr (!I8A) { /* the host gives launches with a plain format fp16 tiles */
+        constexpr int UPS = PF_BK / 8, ITEMS = PF_BM * UPS;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < ITEMS; i += PF_THREADS) {
+            const int r = i / UPS, uu = i % UPS, e = e0 + 8 * uu;
+            float q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if (row0 + r < rows && e < k)
+                Q::dq8(w + (int64_t)(row0 + r) * row_bytes + (int64_t)e / 8 * Q::BYTES, 0, q);
+            uint4 v;
+            uint32_t *vw = (uint32_t *)&v;
+#pragma unroll
+            for (int h = 0; h < 4; h++)
+                vw[h] = pf_bits(__floats2half2_rn(q[2 * h], q[2 * h + 1]));
+            *(uint4 *)(A + r * LDA + 16 * uu) = v;
+            if (uu % 2 == 0)
+                S[r * PF_HG + uu / 2] = make_float2(1.0f, 0.0f);
+        }
+    }
+}
+
+/* Lane's A fragment of a staged row: k-slots kk..kk+3 as two fp16 pairs. */
+template <bool I8A> __device__ __forceinline__ uint2 pf_frag_a(const unsigned char *A, int row, int kk)
+{
+    if constexpr (I8A)
+        return pf_i8x4_h2(*(const uint32_t *)(A + row * PF_LDQ + kk));
+    else
+        return *(const uint2 *)(A + row * (2 * PF_LDH) + 2 * kk);
+}
+
+/* Staging of the activation rows of the tile's first nrows (whole 8-token
+ * slabs; gathered, src_off < 0: a padding row of zeros) for one step: B
+ * [PF_TN][PF_LDH] fp16 and XS [PF_HG][PF_TN], the sum of each 16 rounded
+ * values (the min term). Rows of slabs past nrows are left as they are: a
+ * product's token column depends on that token's row alone, and those
+ * columns are never written. */
+__device__ __forceinline__ void pf_stage_acts(const float *src, const int64_t *src_off, int nrows, int k, int e0,
+                                              __half *B, float *XS)
+{
+    constexpr int C4 = PF_BK / 4; /* float4 per row and step: one warp per row */
+    static_assert(C4 == 32, "a row's step is one warp's float4s");
+#pragma unroll 4
+    for (int i = threadIdx.x; i < nrows * C4; i += PF_THREADS) {
+        const int c4 = i % C4, j = i / C4, e = e0 + 4 * c4;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (src_off[j] >= 0 && e < k)
+            v = __ldg((const float4 *)(src + src_off[j] + e));
+        const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+        *(uint2 *)(B + j * PF_LDH + 4 * c4) = make_uint2(pf_bits(a), pf_bits(b));
+        const float2 fa = __half22float2(a), fb = __half22float2(b);
+        float sum = (fa.x + fa.y) + (fb.x + fb.y);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (c4 % 4 == 0)
+            XS[(c4 / 4) * PF_TN + j] = sum;
+    }
+}
+
+/* D = A (16 x 16, fp16) * B (16 x 8, fp16) in float32, from zero. Per lane
+ * (g = lane / 4, t = lane % 4): a[0] rows g, a[1] row g + 8, each the four
+ * k-slots 4t..4t+3 of the 16; b the same slots of token column g; d[0..1]
+ * row g, d[2..3] row g + 8, columns 2t and 2t + 1. Slots stand for the k
+ * indices {2t, 2t + 1, 2t + 8, 2t + 9} of the instruction; A and B use the
+ * same assignment, so the product over the 16 is the plain dot product. */
+__device__ __forceinline__ void pf_mma(const uint2 a[2], uint2 b, float d[4])
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%10,%10,%10};"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0].x), "r"(a[1].x), "r"(a[0].y), "r"(a[1].y), "r"(b.x), "r"(b.y), "f"(0.0f));
+#elif defined(__CUDA_ARCH__)
+    /* sm_75: two m16n8k8 halves (slots 4t, 4t+1 then 4t+2, 4t+3) */
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%7,%7,%7,%7};"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0].x), "r"(a[1].x), "r"(b.x), "f"(0.0f));
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0].y), "r"(a[1].y), "r"(b.y));
+#endif
+}
+
+/* Dynamic shared memory of a pf_gemm_kernel<NMAT, I8A> block. */
+__host__ __device__ constexpr size_t pf_smem_bytes(int nmat, bool i8a)
+{
+    return (size_t)nmat * PF_BM * (i8a ? PF_LDQ : 2 * PF_LDH) + (size_t)nmat * PF_BM * PF_HG * 8 +
+           (size_t)PF_TN * PF_LDH * 2 + (size_t)PF_HG * PF_TN * 4;
 }
 
 /* h row of selection s: [t][rank] in h's [ntok][k + shared] rows. */
@@ -209,22 +367,23 @@ __device__ __forceinline__ int64_t pf_h_row(const pf_args &a, int s)
 /* NMAT = 2: gate_up (matrices gate and up, source x, output h);
  * NMAT = 1: down (source h, output the partial rows). Block = one tile of
  * selections x PF_BM weight rows; warp w owns rows 16w..16w+15 of the block
- * for all PF_TN selections and every matrix. */
-template <int NMAT>
-__global__ void __launch_bounds__(PF_THREADS)
+ * for the tile's 8-token slabs and every matrix. Per 16 elements of k each
+ * (rows, slab) product comes from the tensor cores in float32 and is scaled
+ * into the accumulator: acc += d * P - m * XS (two fused multiply-adds). */
+template <int NMAT, bool I8A>
+__global__ void __launch_bounds__(PF_THREADS, PF_BLOCKS_PER_SM)
     pf_gemm_kernel(pf_args a, pf_plan p, const float *__restrict__ src, float *__restrict__ dst)
 {
     tdm_pdl_enter();
-    using namespace nvcuda;
-    __shared__ __align__(128) unsigned char sm[(NMAT * PF_BM + PF_TN) * PF_LDH * 2];
+    extern __shared__ __align__(16) unsigned char pf_dyn[];
     __shared__ int64_t src_off[PF_TN], dst_off[PF_TN];
     if ((int)blockIdx.x >= *p.ntiles)
         return;
     const pf_tile tl = p.tiles[blockIdx.x];
-    const int kind = tl.group == a.n_expert, warp = threadIdx.x >> 5, tid = threadIdx.x;
+    const int kind = tl.group == a.n_expert, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int64_t slot = kind ? 0 : a.slot_of[tl.group];
     const pf_mat *mats = &a.mat[kind][NMAT == 2 ? 0 : 2];
-    const int rows = mats[0].rows, units = mats[0].units, row0 = blockIdx.y * PF_BM;
+    const int rows = mats[0].rows, k = mats[0].k, row0 = blockIdx.y * PF_BM;
     if (row0 >= rows)
         return; /* the shared expert's n_ff may be smaller than the grid's */
     if (tid < PF_TN) {
@@ -239,80 +398,73 @@ __global__ void __launch_bounds__(PF_THREADS)
         src_off[tid] = so;
         dst_off[tid] = d;
     }
-    __half *As = (__half *)sm, *Bs = As + NMAT * PF_BM * PF_LDH;
-
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NMAT][PF_TN / 16];
+    constexpr int LDA = pf_lda<I8A>();
+    unsigned char *A = pf_dyn;
+    __half *B = (__half *)(A + NMAT * PF_BM * LDA);
+    float2 *S = (float2 *)(B + PF_TN * PF_LDH);
+    float *XS = (float *)(S + NMAT * PF_BM * PF_HG);
+    const int g = lane >> 2, t4 = lane & 3, nslab = (tl.count + 7) / 8;
+    float acc[NMAT][PF_NS][4];
 #pragma unroll
     for (int m = 0; m < NMAT; m++)
 #pragma unroll
-        for (int n = 0; n < PF_TN / 16; n++)
-            wmma::fill_fragment(acc[m][n], 0.0f);
-    const int nfrag = (tl.count + 15) / 16; /* token slabs with at least one real token */
+        for (int n = 0; n < PF_NS; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                acc[m][n][c] = 0.0f;
 
-    for (int u0 = 0; u0 < units; u0 += PF_UK) {
-        __syncthreads(); /* the previous step's fragments are loaded; src_off is set */
-        /* weights: consecutive threads take consecutive units of one row */
+    for (int e0 = 0; e0 < k; e0 += PF_BK) {
+        __syncthreads(); /* the previous step's tiles are consumed; src_off is set */
 #pragma unroll
-        for (int m = 0; m < NMAT; m++) {
-            const uint8_t *w = mats[m].w + slot * a.slot_bytes;
-            for (int i = tid; i < PF_BM * PF_UK; i += PF_THREADS) {
-                int uu = i % PF_UK, r = i / PF_UK, u = u0 + uu, row = row0 + r;
-                float q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                if (row < rows && u < units)
-                    pf_dq_unit(mats[m].type, w + row * mats[m].row_bytes, u, q);
-                __half2 hq[4];
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    hq[e] = __floats2half2_rn(q[2 * e], q[2 * e + 1]);
-                *(uint4 *)(As + (m * PF_BM + r) * PF_LDH + uu * 8) = *(uint4 *)hq;
-            }
-        }
-        /* activations: PF_TN gathered rows, float4 loads (rows are 16-byte aligned) */
-        for (int i = tid; i < PF_TN * (PF_BK / 4); i += PF_THREADS) {
-            int c4 = i % (PF_BK / 4), j = i / (PF_BK / 4), e0 = u0 * 8 + c4 * 4;
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (src_off[j] >= 0 && e0 < units * 8)
-                v = __ldg((const float4 *)(src + src_off[j] + e0));
-            __half2 hv[2] = {__floats2half2_rn(v.x, v.y), __floats2half2_rn(v.z, v.w)};
-            *(uint2 *)(Bs + j * PF_LDH + c4 * 4) = *(uint2 *)hv;
-        }
+        for (int m = 0; m < NMAT; m++)
+            TDM_QT_DISPATCH(mats[m].type,
+                            (pf_stage_weights<QTYPE, I8A>(mats[m].w + slot * a.slot_bytes, mats[m].row_bytes, rows,
+                                                          k, row0, e0, A + m * PF_BM * LDA, S + m * PF_BM * PF_HG)));
+        pf_stage_acts(src, src_off, 8 * nslab, k, e0, B, XS);
         __syncthreads();
+#pragma unroll 2
+        for (int hg = 0; hg < PF_HG; hg++) {
+            const int kk = 16 * hg + 4 * t4;
+            uint2 bf[PF_NS];
+            float2 xs[PF_NS];
 #pragma unroll
-        for (int kk = 0; kk < PF_BK; kk += 16) {
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b[PF_TN / 16];
-#pragma unroll
-            for (int n = 0; n < PF_TN / 16; n++)
-                if (n < nfrag)
-                    wmma::load_matrix_sync(b[n], Bs + n * 16 * PF_LDH + kk, PF_LDH);
+            for (int n = 0; n < PF_NS; n++)
+                if (n < nslab) {
+                    bf[n] = *(const uint2 *)(B + (8 * n + g) * PF_LDH + kk);
+                    xs[n] = *(const float2 *)(XS + hg * PF_TN + 8 * n + 2 * t4);
+                }
 #pragma unroll
             for (int m = 0; m < NMAT; m++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-                wmma::load_matrix_sync(fa, As + (m * PF_BM + warp * 16) * PF_LDH + kk, PF_LDH);
+                const int r = m * PF_BM + 16 * warp + g;
+                const uint2 af[2] = {pf_frag_a<I8A>(A, r, kk), pf_frag_a<I8A>(A, r + 8, kk)};
+                const float2 s0 = S[r * PF_HG + hg], s1 = S[(r + 8) * PF_HG + hg];
 #pragma unroll
-                for (int n = 0; n < PF_TN / 16; n++)
-                    if (n < nfrag)
-                        wmma::mma_sync(acc[m][n], fa, b[n], acc[m][n]);
+                for (int n = 0; n < PF_NS; n++)
+                    if (n < nslab) {
+                        float d[4];
+                        pf_mma(af, bf[n], d);
+                        acc[m][n][0] = fmaf(s0.y, xs[n].x, fmaf(s0.x, d[0], acc[m][n][0]));
+                        acc[m][n][1] = fmaf(s0.y, xs[n].y, fmaf(s0.x, d[1], acc[m][n][1]));
+                        acc[m][n][2] = fmaf(s1.y, xs[n].x, fmaf(s1.x, d[2], acc[m][n][2]));
+                        acc[m][n][3] = fmaf(s1.y, xs[n].y, fmaf(s1.x, d[3], acc[m][n][3]));
+                    }
             }
         }
     }
-    __syncthreads(); /* the weight tiles become the float epilogue tiles */
-    float *Cs = (float *)sm; /* [NMAT][PF_TN][PF_LDC]: per selection, the block's rows */
+    /* epilogue straight from the accumulators: lane holds rows g, g + 8 of
+     * its warp's 16 and tokens 2t4, 2t4 + 1 of each slab */
 #pragma unroll
-    for (int m = 0; m < NMAT; m++)
+    for (int n = 0; n < PF_NS; n++)
 #pragma unroll
-        for (int n = 0; n < PF_TN / 16; n++)
-            wmma::store_matrix_sync(Cs + (m * PF_TN + n * 16) * PF_LDC + warp * 16, acc[m][n],
-                                    PF_LDC, wmma::mem_col_major);
-    __syncthreads();
-    for (int i = tid; i < PF_TN * PF_BM; i += PF_THREADS) {
-        int r = i % PF_BM, j = i / PF_BM, row = row0 + r;
-        if (j >= tl.count || row >= rows)
-            continue;
-        float v = Cs[j * PF_LDC + r];
-        if (NMAT == 2)
-            v = tdm_silu(v) * Cs[(PF_TN + j) * PF_LDC + r];
-        dst[dst_off[j] + row] = v;
-    }
+        for (int c = 0; c < 4; c++) {
+            const int j = 8 * n + 2 * t4 + (c & 1), row = row0 + 16 * warp + g + 8 * (c >> 1);
+            if (j >= tl.count || row >= rows)
+                continue;
+            float v = acc[0][n][c];
+            if (NMAT == 2)
+                v = tdm_silu(v) * acc[NMAT - 1][n][c];
+            dst[dst_off[j] + row] = v;
+        }
 }
 
 /* ---- 4. reduce ---- */
@@ -364,7 +516,7 @@ static tdm_status pf_mat_set(pf_mat *m, const void *w, tdm_qtype t, int64_t rows
                 "gpu moe_prefill: %s is [%lld][%lld]; its rows must be a positive multiple of "
                 "the %s block (%d)",
                 what, (long long)rows, (long long)k, tdm_qtype_name(t), blk);
-    *m = pf_mat{(const uint8_t *)w, k / blk * bytes, (int)t, (int)rows, (int)(k / 8)};
+    *m = pf_mat{(const uint8_t *)w, k / blk * bytes, (int)t, (int)rows, (int)k};
     return TDM_OK;
 }
 
@@ -412,6 +564,13 @@ static tdm_status pf_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t k
     return TDM_OK;
 }
 
+/* Whether the format takes the int8 decoders (plain formats have 8-element blocks). */
+static bool pf_quantised(int t)
+{
+    int blk, bytes;
+    return tdm_gpu_qt_geometry((tdm_qtype)t, &blk, &bytes) && blk >= 32;
+}
+
 extern "C" size_t tdm_gpu_moe_prefill_scratch_bytes(const tdm_gpu_moe_layer *L, int64_t max_tok,
                                                    int64_t k)
 {
@@ -448,9 +607,20 @@ extern "C" tdm_status tdm_gpu_moe_prefill(tdm_gpu *g, const tdm_gpu_moe_layer *L
     size_t plan_smem = 2 * (size_t)(a.n_expert + 2) * sizeof(int);
     TDM_LAUNCH(err, g, pf_plan_kernel, 1, PF_PLAN_THREADS, plan_smem, a, ids, p);
     int ff = a.mat[0][0].rows > a.mat[1][0].rows ? a.mat[0][0].rows : a.mat[1][0].rows;
-    TDM_LAUNCH(err, g, pf_gemm_kernel<2>, dim3((unsigned)lo.max_tiles, tdm_cdiv(ff, PF_BM)), PF_THREADS, 0, a, p, x, h);
-    TDM_LAUNCH(err, g, pf_gemm_kernel<1>, dim3((unsigned)lo.max_tiles, tdm_cdiv(a.n_embd, PF_BM)), PF_THREADS, 0, a, p, h,
-               p.part);
+    /* int8 weight tiles (half the shared memory: more blocks per SM) unless a
+     * matrix of the launch is in a plain format */
+    bool i8[2] = {true, true};
+    for (int kind = 0; kind < 1 + a.has_shared; kind++)
+        for (int m = 0; m < 3; m++)
+            i8[m == 2] = i8[m == 2] && pf_quantised(a.mat[kind][m].type);
+    void (*gu)(pf_args, pf_plan, const float *, float *) = i8[0] ? pf_gemm_kernel<2, true> : pf_gemm_kernel<2, false>;
+    void (*dn)(pf_args, pf_plan, const float *, float *) = i8[1] ? pf_gemm_kernel<1, true> : pf_gemm_kernel<1, false>;
+    TDM_CU(err, cudaFuncSetAttribute(gu, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem_bytes(2, i8[0])));
+    TDM_CU(err, cudaFuncSetAttribute(dn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem_bytes(1, i8[1])));
+    TDM_LAUNCH(err, g, gu, dim3((unsigned)lo.max_tiles, tdm_cdiv(ff, PF_BM)), PF_THREADS, pf_smem_bytes(2, i8[0]), a,
+               p, x, h);
+    TDM_LAUNCH(err, g, dn, dim3((unsigned)lo.max_tiles, tdm_cdiv(a.n_embd, PF_BM)), PF_THREADS,
+               pf_smem_bytes(1, i8[1]), a, p, h, p.part);
     TDM_LAUNCH(err, g, pf_reduce_kernel, tdm_cdiv(ntok * a.n_embd, 256), 256, 0, a, ids, weights, p.part, add, y,
                accumulate ? 1 : 0);
     return TDM_OK;

@@ -383,6 +383,12 @@ extern "C" tdm_status tdm_gpu_matmul(tdm_gpu *g, tdm_qtype wt, const void *w, in
     TDM_REQUIRE(err, ntok >= 1 && ntok <= INT32_MAX && k <= INT32_MAX, "gpu matmul: ntok=%lld",
                 (long long)ntok);
     TDM_REQUIRE(err, ((uintptr_t)scratch & 255) == 0, "gpu matmul: scratch not 256-byte aligned");
+    const float one = 1.0f, zero = 0.0f;
+    if (wt == TDM_Q_F32) { /* nothing to convert: SGEMM on the weights in place, float32 throughout */
+        TDM_BLAS(err, cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)ntok, (int)k, &one,
+                                  (const float *)w, (int)k, x, (int)k, &zero, y, (int)rows));
+        return TDM_OK;
+    }
     size_t xbytes = align256((size_t)(ntok * k) * 2);
     TDM_REQUIRE(err, scratch_bytes >= xbytes + (size_t)k * 2,
                 "gpu matmul: scratch of %zu bytes < %zu needed for one row", scratch_bytes,
@@ -396,7 +402,6 @@ extern "C" tdm_status tdm_gpu_matmul(tdm_gpu *g, tdm_qtype wt, const void *w, in
     __half *x16 = (__half *)scratch;
     uint16_t *w16 = (uint16_t *)((char *)scratch + xbytes);
     TDM_LAUNCH(err, g, f32_to_f16_kernel, tdm_cdiv(ntok * k, 256), 256, 0, x, ntok * k, x16);
-    const float one = 1.0f, zero = 0.0f;
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
         s = tdm_gpu_dequant_f16(g, wt, (const uint8_t *)w + r0 * row_bytes, n, k, w16, err);

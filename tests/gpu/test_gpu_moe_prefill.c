@@ -11,7 +11,9 @@
  * (relative 2^-11 for normal values, absolute 2^-25 below 2^-14), products
  * are exact and accumulate in float32 on the tensor cores (at most one
  * truncation of 2^-23 per block of >= 2 products: K * 2^-24 relative to
- * sum |w x|). For a dot of length K:
+ * sum |w x|). Quantised formats do better than this (their integer quants
+ * are exact in fp16 and the scales are applied in float32), plain ones
+ * (F32/F16/BF16) meet it as written. For a dot of length K:
  *   |d - d64| <= (2^-10 + 2^-22 + K 2^-24) sum |w x| + 2^-25 (1 + 2^-11) (sum |w| + sum |x|)
  * h = silu(g) u: 1.1 E_g (|u| + E_u) + |silu(g)| E_u + 1e-6 |h| (silu is 1.1-Lipschitz);
  * y: sum_i |w_i| E_i + 1e-6 (|y0| + |add| + sum |w_i d_i|) (float32 adds).

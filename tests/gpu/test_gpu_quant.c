@@ -288,7 +288,8 @@ static void run_matmul(tdm_qtype t, int64_t rows, int64_t k, int64_t ntok, int64
     double *xe = malloc(sizeof(double) * ntok * k);
     for (int64_t i = 0; i < ntok * k; i++)
         xe[i] = x[i];
-    reference(&p, xe, ntok, 2e-3, ref, bound);
+    /* fp16 roundings of w and x; F32 weights stay float32 (SGEMM) */
+    reference(&p, xe, ntok, t == TDM_Q_F32 ? 1e-5 : 2e-3, ref, bound);
     free(xe);
     float *dx = dev_upload(x, sizeof(float) * ntok * k);
     float *dy = dev_poisoned((size_t)ntok * rows);
@@ -325,6 +326,7 @@ static void test_matmul(void **state)
     }
     run_matmul(TDM_Q_Q4_K, 512, 2048, 64, 512);
     run_matmul(TDM_Q_Q6_K, 2048, 512, 33, 700);
+    run_matmul(TDM_Q_F32, 257, 2048, 512, 1); /* a prompt's router product */
 }
 
 static void test_bad_input(void **state)
