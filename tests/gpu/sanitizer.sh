@@ -57,7 +57,7 @@ for t in "${bins[@]}"; do
             fi
             run "$t" "$tool" "$one" &
             jobs_running=$((jobs_running + 1))
-        done < <(units "$t" "$tool")
+        done < <(units "$t")
     done
 done
 wait
