@@ -30,6 +30,7 @@
 #define PF_THREADS 128             /* 4 warps, 16 weight rows each */
 #define PF_BM 64                   /* weight rows per block */
 #define PF_TN 32                   /* selections (tokens) per tile */
+#define PF_SLABS 2                 /* weight tiles per block: gate and up, or two row blocks of down */
 #define PF_NS (PF_TN / 8)          /* 8-token slabs of a tile */
 #define PF_BK 128                  /* reduction elements per step: whole decoder units of every format */
 #define PF_BLOCKS_PER_SM 4         /* asked of ptxas: <= 128 registers (no spills) */
@@ -43,6 +44,7 @@ typedef struct pf_mat {
     const uint8_t *w;   /* routed: the matrix in slot 0 (add slot * slot_bytes); shared: itself */
     int64_t row_bytes;
     int type, rows, k;     /* k: elements per row */
+    int one_scale;         /* both 16-element halves of a group share {d, m} (pf_one_scale) */
 } pf_mat;
 
 typedef struct pf_args {
@@ -324,25 +326,27 @@ __device__ __forceinline__ void pf_stage_acts(const float *src, const int64_t *s
     }
 }
 
-/* D = A (16 x 16, fp16) * B (16 x 8, fp16) in float32, from zero. Per lane
- * (g = lane / 4, t = lane % 4): a[0] rows g, a[1] row g + 8, each the four
- * k-slots 4t..4t+3 of the 16; b the same slots of token column g; d[0..1]
- * row g, d[2..3] row g + 8, columns 2t and 2t + 1. Slots stand for the k
- * indices {2t, 2t + 1, 2t + 8, 2t + 9} of the instruction; A and B use the
- * same assignment, so the product over the 16 is the plain dot product. */
-__device__ __forceinline__ void pf_mma(const uint2 a[2], uint2 b, float d[4])
+/* D = A (16 x 16, fp16) * B (16 x 8, fp16) in float32, from zero or (acc)
+ * onto D. Per lane (g = lane / 4, t = lane % 4): a[0] row g, a[1] row g + 8,
+ * each the four k-slots 4t..4t+3 of the 16; b the same slots of token column
+ * g; d[0..1] row g, d[2..3] row g + 8, columns 2t and 2t + 1. Slots stand for
+ * the k indices {2t, 2t + 1, 2t + 8, 2t + 9} of the instruction; A and B use
+ * the same assignment, so the product over the 16 is the plain dot product. */
+__device__ __forceinline__ void pf_mma(const uint2 a[2], uint2 b, float d[4], bool acc)
 {
+    if (!acc)
+        d[0] = d[1] = d[2] = d[3] = 0.0f;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%10,%10,%10};"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                 : "r"(a[0].x), "r"(a[1].x), "r"(a[0].y), "r"(a[1].y), "r"(b.x), "r"(b.y), "f"(0.0f));
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0].x), "r"(a[1].x), "r"(a[0].y), "r"(a[1].y), "r"(b.x), "r"(b.y));
 #elif defined(__CUDA_ARCH__)
     /* sm_75: two m16n8k8 halves (slots 4t, 4t+1 then 4t+2, 4t+3) */
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-                 "{%7,%7,%7,%7};"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                 : "r"(a[0].x), "r"(a[1].x), "r"(b.x), "f"(0.0f));
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0].x), "r"(a[1].x), "r"(b.x));
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
                  "{%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -350,10 +354,10 @@ __device__ __forceinline__ void pf_mma(const uint2 a[2], uint2 b, float d[4])
 #endif
 }
 
-/* Dynamic shared memory of a pf_gemm_kernel<NMAT, I8A> block. */
-__host__ __device__ constexpr size_t pf_smem_bytes(int nmat, bool i8a)
+/* Dynamic shared memory of a pf_gemm_kernel<GU, I8A> block. */
+__host__ __device__ constexpr size_t pf_smem_bytes(bool i8a)
 {
-    return (size_t)nmat * PF_BM * (i8a ? PF_LDQ : 2 * PF_LDH) + (size_t)nmat * PF_BM * PF_HG * 8 +
+    return (size_t)PF_SLABS * PF_BM * (i8a ? PF_LDQ : 2 * PF_LDH) + (size_t)PF_SLABS * PF_BM * PF_HG * 8 +
            (size_t)PF_TN * PF_LDH * 2 + (size_t)PF_HG * PF_TN * 4;
 }
 
@@ -364,13 +368,68 @@ __device__ __forceinline__ int64_t pf_h_row(const pf_args &a, int s)
     return ((int64_t)t * (a.k + a.has_shared) + rank) * a.h_stride;
 }
 
-/* NMAT = 2: gate_up (matrices gate and up, source x, output h);
- * NMAT = 1: down (source h, output the partial rows). Block = one tile of
- * selections x PF_BM weight rows; warp w owns rows 16w..16w+15 of the block
- * for the tile's 8-token slabs and every matrix. Per 16 elements of k each
+/* One staged step on the tensor cores: warp w's 16 rows of each of the NMAT
+ * staged weight tiles times the first NS 8-token slabs, per 16 elements
+ * (PAIR: per 32, when both halves of every group share {d, m}: the second
+ * product accumulates onto the first and one fold serves both) from the
+ * tensor cores in float32 and folded into the accumulators, acc += d * P -
+ * m * XS (two fused multiply-adds per element). */
+template <int NMAT, bool I8A, int NS, bool PAIR>
+__device__ __forceinline__ void pf_mma_step(const unsigned char *A, const __half *B, const float2 *S, const float *XS,
+                                            int warp, int lane, float (&acc)[NMAT][PF_NS][4])
+{
+    constexpr int W = PAIR ? 2 : 1; /* 16-element granules per fold */
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll 1
+    for (int hg = 0; hg < PF_HG; hg += W) {
+        float P[NMAT][NS][4];
+        float2 xs[NS];
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+            xs[n] = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int h = 0; h < W; h++) {
+            const int kk = 16 * (hg + h) + 4 * t4;
+            uint2 bf[NS];
+#pragma unroll
+            for (int n = 0; n < NS; n++) {
+                bf[n] = *(const uint2 *)(B + (8 * n + g) * PF_LDH + kk);
+                const float2 v = *(const float2 *)(XS + (hg + h) * PF_TN + 8 * n + 2 * t4);
+                xs[n].x += v.x;
+                xs[n].y += v.y;
+            }
+#pragma unroll
+            for (int m = 0; m < NMAT; m++) {
+                const int r = m * PF_BM + 16 * warp + g;
+                const uint2 af[2] = {pf_frag_a<I8A>(A, r, kk), pf_frag_a<I8A>(A, r + 8, kk)};
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+                    pf_mma(af, bf[n], P[m][n], h > 0);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < NMAT; m++) {
+            const int r = m * PF_BM + 16 * warp + g;
+            const float2 s0 = S[r * PF_HG + hg], s1 = S[(r + 8) * PF_HG + hg];
+#pragma unroll
+            for (int n = 0; n < NS; n++) {
+                acc[m][n][0] = fmaf(s0.y, xs[n].x, fmaf(s0.x, P[m][n][0], acc[m][n][0]));
+                acc[m][n][1] = fmaf(s0.y, xs[n].y, fmaf(s0.x, P[m][n][1], acc[m][n][1]));
+                acc[m][n][2] = fmaf(s1.y, xs[n].x, fmaf(s1.x, P[m][n][2], acc[m][n][2]));
+                acc[m][n][3] = fmaf(s1.y, xs[n].y, fmaf(s1.x, P[m][n][3], acc[m][n][3]));
+            }
+        }
+    }
+}
+
+/* GU: gate_up (weight tiles: the gate and up rows row0..row0+PF_BM-1,
+ * source x, output h); else down (tiles: down rows row0.. and row0 + PF_BM..,
+ * source h, output the partial rows). Block = one tile of selections x
+ * PF_SLABS weight tiles; warp w owns rows 16w..16w+15 of every tile for the
+ * tile's 8-token slabs, so each activation fragment serves both tiles. Per 16 elements of k each
  * (rows, slab) product comes from the tensor cores in float32 and is scaled
  * into the accumulator: acc += d * P - m * XS (two fused multiply-adds). */
-template <int NMAT, bool I8A>
+template <bool GU, bool I8A>
 __global__ void __launch_bounds__(PF_THREADS, PF_BLOCKS_PER_SM)
     pf_gemm_kernel(pf_args a, pf_plan p, const float *__restrict__ src, float *__restrict__ dst)
 {
@@ -382,8 +441,8 @@ __global__ void __launch_bounds__(PF_THREADS, PF_BLOCKS_PER_SM)
     const pf_tile tl = p.tiles[blockIdx.x];
     const int kind = tl.group == a.n_expert, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int64_t slot = kind ? 0 : a.slot_of[tl.group];
-    const pf_mat *mats = &a.mat[kind][NMAT == 2 ? 0 : 2];
-    const int rows = mats[0].rows, k = mats[0].k, row0 = blockIdx.y * PF_BM;
+    const pf_mat *mats[PF_SLABS] = {&a.mat[kind][GU ? 0 : 2], &a.mat[kind][GU ? 1 : 2]};
+    const int rows = mats[0]->rows, k = mats[0]->k, row0 = blockIdx.y * (GU ? PF_BM : PF_SLABS * PF_BM);
     if (row0 >= rows)
         return; /* the shared expert's n_ff may be smaller than the grid's */
     if (tid < PF_TN) {
@@ -392,21 +451,21 @@ __global__ void __launch_bounds__(PF_THREADS, PF_BLOCKS_PER_SM)
             int s = p.perm[tl.start + tid];
             int64_t hr = pf_h_row(a, s);
             int t = s < a.nsel ? s / a.k : s - a.nsel;
-            so = NMAT == 2 ? (int64_t)t * a.n_embd : hr;
-            d = NMAT == 2 ? hr : (int64_t)s * a.n_embd;
+            so = GU ? (int64_t)t * a.n_embd : hr;
+            d = GU ? hr : (int64_t)s * a.n_embd;
         }
         src_off[tid] = so;
         dst_off[tid] = d;
     }
     constexpr int LDA = pf_lda<I8A>();
     unsigned char *A = pf_dyn;
-    __half *B = (__half *)(A + NMAT * PF_BM * LDA);
+    __half *B = (__half *)(A + PF_SLABS * PF_BM * LDA);
     float2 *S = (float2 *)(B + PF_TN * PF_LDH);
-    float *XS = (float *)(S + NMAT * PF_BM * PF_HG);
-    const int g = lane >> 2, t4 = lane & 3, nslab = (tl.count + 7) / 8;
-    float acc[NMAT][PF_NS][4];
+    float *XS = (float *)(S + PF_SLABS * PF_BM * PF_HG);
+    const int nslab = (tl.count + 7) / 8;
+    float acc[PF_SLABS][PF_NS][4];
 #pragma unroll
-    for (int m = 0; m < NMAT; m++)
+    for (int m = 0; m < PF_SLABS; m++)
 #pragma unroll
         for (int n = 0; n < PF_NS; n++)
 #pragma unroll
@@ -416,55 +475,39 @@ __global__ void __launch_bounds__(PF_THREADS, PF_BLOCKS_PER_SM)
     for (int e0 = 0; e0 < k; e0 += PF_BK) {
         __syncthreads(); /* the previous step's tiles are consumed; src_off is set */
 #pragma unroll
-        for (int m = 0; m < NMAT; m++)
-            TDM_QT_DISPATCH(mats[m].type,
-                            (pf_stage_weights<QTYPE, I8A>(mats[m].w + slot * a.slot_bytes, mats[m].row_bytes, rows,
-                                                          k, row0, e0, A + m * PF_BM * LDA, S + m * PF_BM * PF_HG)));
+        for (int m = 0; m < PF_SLABS; m++)
+            TDM_QT_DISPATCH(mats[m]->type,
+                            (pf_stage_weights<QTYPE, I8A>(mats[m]->w + slot * a.slot_bytes, mats[m]->row_bytes, rows,
+                                                          k, row0 + (GU ? 0 : m * PF_BM), e0, A + m * PF_BM * LDA,
+                                                          S + m * PF_BM * PF_HG)));
         pf_stage_acts(src, src_off, 8 * nslab, k, e0, B, XS);
         __syncthreads();
-#pragma unroll 2
-        for (int hg = 0; hg < PF_HG; hg++) {
-            const int kk = 16 * hg + 4 * t4;
-            uint2 bf[PF_NS];
-            float2 xs[PF_NS];
-#pragma unroll
-            for (int n = 0; n < PF_NS; n++)
-                if (n < nslab) {
-                    bf[n] = *(const uint2 *)(B + (8 * n + g) * PF_LDH + kk);
-                    xs[n] = *(const float2 *)(XS + hg * PF_TN + 8 * n + 2 * t4);
-                }
-#pragma unroll
-            for (int m = 0; m < NMAT; m++) {
-                const int r = m * PF_BM + 16 * warp + g;
-                const uint2 af[2] = {pf_frag_a<I8A>(A, r, kk), pf_frag_a<I8A>(A, r + 8, kk)};
-                const float2 s0 = S[r * PF_HG + hg], s1 = S[(r + 8) * PF_HG + hg];
-#pragma unroll
-                for (int n = 0; n < PF_NS; n++)
-                    if (n < nslab) {
-                        float d[4];
-                        pf_mma(af, bf[n], d);
-                        acc[m][n][0] = fmaf(s0.y, xs[n].x, fmaf(s0.x, d[0], acc[m][n][0]));
-                        acc[m][n][1] = fmaf(s0.y, xs[n].y, fmaf(s0.x, d[1], acc[m][n][1]));
-                        acc[m][n][2] = fmaf(s1.y, xs[n].x, fmaf(s1.x, d[2], acc[m][n][2]));
-                        acc[m][n][3] = fmaf(s1.y, xs[n].y, fmaf(s1.x, d[3], acc[m][n][3]));
-                    }
-            }
+        const bool pair = mats[0]->one_scale && mats[1]->one_scale;
+        switch (nslab * 2 + pair) { /* active slabs and fold width known at compile time below */
+        case 2: pf_mma_step<PF_SLABS, I8A, 1, false>(A, B, S, XS, warp, lane, acc); break;
+        case 3: pf_mma_step<PF_SLABS, I8A, 1, true>(A, B, S, XS, warp, lane, acc); break;
+        case 4: pf_mma_step<PF_SLABS, I8A, 2, false>(A, B, S, XS, warp, lane, acc); break;
+        case 5: pf_mma_step<PF_SLABS, I8A, 2, true>(A, B, S, XS, warp, lane, acc); break;
+        case 6: pf_mma_step<PF_SLABS, I8A, 3, false>(A, B, S, XS, warp, lane, acc); break;
+        case 7: pf_mma_step<PF_SLABS, I8A, 3, true>(A, B, S, XS, warp, lane, acc); break;
+        case 8: pf_mma_step<PF_SLABS, I8A, 4, false>(A, B, S, XS, warp, lane, acc); break;
+        default: pf_mma_step<PF_SLABS, I8A, 4, true>(A, B, S, XS, warp, lane, acc); break;
         }
     }
     /* epilogue straight from the accumulators: lane holds rows g, g + 8 of
-     * its warp's 16 and tokens 2t4, 2t4 + 1 of each slab */
+     * its warp's 16 in each tile and tokens 2t4, 2t4 + 1 of each slab */
+    const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
-    for (int n = 0; n < PF_NS; n++)
+    for (int m = 0; m < (GU ? 1 : PF_SLABS); m++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int j = 8 * n + 2 * t4 + (c & 1), row = row0 + 16 * warp + g + 8 * (c >> 1);
-            if (j >= tl.count || row >= rows)
-                continue;
-            float v = acc[0][n][c];
-            if (NMAT == 2)
-                v = tdm_silu(v) * acc[NMAT - 1][n][c];
-            dst[dst_off[j] + row] = v;
-        }
+        for (int n = 0; n < PF_NS; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int j = 8 * n + 2 * t4 + (c & 1), row = row0 + m * PF_BM + 16 * warp + g + 8 * (c >> 1);
+                if (j >= tl.count || row >= rows)
+                    continue;
+                dst[dst_off[j] + row] = GU ? tdm_silu(acc[0][n][c]) * acc[1][n][c] : acc[m][n][c];
+            }
 }
 
 /* ---- 4. reduce ---- */
@@ -503,6 +546,16 @@ __global__ void pf_reduce_kernel(pf_args a, const int32_t *__restrict__ ids,
             return s_;                                                                       \
     } while (0)
 
+/* Whether the two 16-element halves of every group share {d, m}: the fold
+ * of the products can then take 32 elements at once. Plain formats: {1, 0}. */
+template <int T> static constexpr bool pf_one_scale()
+{
+    if constexpr (QT<T>::I8)
+        return !QT<T>::SPLIT;
+    else
+        return true;
+}
+
 static tdm_status pf_mat_set(pf_mat *m, const void *w, tdm_qtype t, int64_t rows, int64_t k,
                              const char *what, tdm_error *err)
 {
@@ -516,7 +569,9 @@ static tdm_status pf_mat_set(pf_mat *m, const void *w, tdm_qtype t, int64_t rows
                 "gpu moe_prefill: %s is [%lld][%lld]; its rows must be a positive multiple of "
                 "the %s block (%d)",
                 what, (long long)rows, (long long)k, tdm_qtype_name(t), blk);
-    *m = pf_mat{(const uint8_t *)w, k / blk * bytes, (int)t, (int)rows, (int)k};
+    int one = 0;
+    TDM_QT_DISPATCH(t, one = pf_one_scale<QTYPE>());
+    *m = pf_mat{(const uint8_t *)w, k / blk * bytes, (int)t, (int)rows, (int)k, one};
     return TDM_OK;
 }
 
@@ -613,14 +668,14 @@ extern "C" tdm_status tdm_gpu_moe_prefill(tdm_gpu *g, const tdm_gpu_moe_layer *L
     for (int kind = 0; kind < 1 + a.has_shared; kind++)
         for (int m = 0; m < 3; m++)
             i8[m == 2] = i8[m == 2] && pf_quantised(a.mat[kind][m].type);
-    void (*gu)(pf_args, pf_plan, const float *, float *) = i8[0] ? pf_gemm_kernel<2, true> : pf_gemm_kernel<2, false>;
-    void (*dn)(pf_args, pf_plan, const float *, float *) = i8[1] ? pf_gemm_kernel<1, true> : pf_gemm_kernel<1, false>;
-    TDM_CU(err, cudaFuncSetAttribute(gu, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem_bytes(2, i8[0])));
-    TDM_CU(err, cudaFuncSetAttribute(dn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem_bytes(1, i8[1])));
-    TDM_LAUNCH(err, g, gu, dim3((unsigned)lo.max_tiles, tdm_cdiv(ff, PF_BM)), PF_THREADS, pf_smem_bytes(2, i8[0]), a,
-               p, x, h);
-    TDM_LAUNCH(err, g, dn, dim3((unsigned)lo.max_tiles, tdm_cdiv(a.n_embd, PF_BM)), PF_THREADS,
-               pf_smem_bytes(1, i8[1]), a, p, h, p.part);
+    void (*gu)(pf_args, pf_plan, const float *, float *) = i8[0] ? pf_gemm_kernel<true, true> : pf_gemm_kernel<true, false>;
+    void (*dn)(pf_args, pf_plan, const float *, float *) = i8[1] ? pf_gemm_kernel<false, true> : pf_gemm_kernel<false, false>;
+    TDM_CU(err, cudaFuncSetAttribute(gu, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem_bytes(i8[0])));
+    TDM_CU(err, cudaFuncSetAttribute(dn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem_bytes(i8[1])));
+    TDM_LAUNCH(err, g, gu, dim3((unsigned)lo.max_tiles, tdm_cdiv(ff, PF_BM)), PF_THREADS, pf_smem_bytes(i8[0]), a, p,
+               x, h);
+    TDM_LAUNCH(err, g, dn, dim3((unsigned)lo.max_tiles, tdm_cdiv(a.n_embd, PF_SLABS * PF_BM)), PF_THREADS,
+               pf_smem_bytes(i8[1]), a, p, h, p.part);
     TDM_LAUNCH(err, g, pf_reduce_kernel, tdm_cdiv(ntok * a.n_embd, 256), 256, 0, a, ids, weights, p.part, add, y,
                accumulate ? 1 : 0);
     return TDM_OK;
