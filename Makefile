@@ -21,6 +21,9 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # Consumer and datacentre cards from Turing to Blackwell, plus PTX for newer ones.
 CUDA_ARCHS ?= 75 80 86 89 90 120
 CUDA_PTX ?= 120
+# nvcc compiles the architectures of one file in this many threads (the large
+# kernel files dominate the build; 730 s instead of 818 s with make -j2 on 2 cores).
+NVCC_THREADS ?= 2
 
 DEPS_INC := $(if $(DEPS_PREFIX),-I$(DEPS_PREFIX)/usr/include)
 comma := ,
@@ -43,8 +46,8 @@ ifneq ($(NVCC),)
 CFLAGS += -DTDM_HAVE_CUDA
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                 -gencode arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX)
-NVCCFLAGS := -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall $(INCLUDES) -MMD -MP \
-             -DTDM_HAVE_CUDA $(EXTRA_NVCCFLAGS)
+NVCCFLAGS := -O3 -std=c++17 $(NVCC_GENCODE) --threads $(NVCC_THREADS) -Xcompiler -fPIC,-Wall $(INCLUDES) \
+             -MMD -MP -DTDM_HAVE_CUDA $(EXTRA_NVCCFLAGS)
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
 endif
 
