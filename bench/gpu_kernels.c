@@ -312,7 +312,7 @@ int main(int argc, char **argv)
         CHECK(tdm_gpu_upload(g, dids, ids, sizeof(int32_t) * n_sets * k, &err));
         CHECK(tdm_gpu_alloc(g, sizeof(float) * n_sets * k, &dw, &err));
         CHECK(tdm_gpu_upload(g, dw, w, sizeof(float) * n_sets * k, &err));
-        CHECK(tdm_gpu_alloc(g, sizeof(float) * (k + 1) * F, &dh, &err));
+        CHECK(tdm_gpu_alloc(g, tdm_gpu_moe_h_bytes(F, k + 1), &dh, &err));
         CHECK(tdm_gpu_alloc(g, slot, &dsh, &err));
         CHECK(tdm_gpu_copy(g, dsh, pool, slot, &err));
         tdm_gpu_expert_table tab = {dslot, E, pool, slot, 0, gb, 2 * gb};
@@ -321,19 +321,18 @@ int main(int argc, char **argv)
         moe_ctx m = {{&tab, 0, TDM_Q_Q4_K, TDM_Q_Q4_K, TDM_Q_Q6_K, D, F, &sh}, x, dids, dw, dh, y,
                      (int)k, (int)n_sets};
         cJSON *mj = cJSON_CreateArray();
-        static const int shapes[][2] = {{1, 16}, {1, 8}, {4, 16}, {4, 8}, {4, 4}, {4, 2}};
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            const int split = shapes[si][0], tile = shapes[si][1];
-            tdm_gpu_tuning tu = {.moe_split = split, .moe_tile = tile};
+        static const int tiles[] = {8, 16, 32};
+        for (size_t si = 0; si < sizeof tiles / sizeof tiles[0]; si++) {
+            const int tile = tiles[si];
+            tdm_gpu_tuning tu = {.moe_tile = tile};
             CHECK(tdm_gpu_set_tuning(g, &tu, &err));
             float ms = time_median(moe_fn, &m, iters, 5);
             double bytes = (double)(k + 1) * slot, gbs = bytes / (ms * 1e-3) / 1e9;
             tl += snprintf(table + tl, sizeof table - tl,
-                           "fused MoE layer (Qwen3.5, k=8 + shared, Q4_K/Q6_K, split %d, tile %2d): %.1f us, "
+                           "fused MoE layer (Qwen3.5, k=8 + shared, Q4_K/Q6_K, down tile %2d): %.1f us, "
                            "%.0f GB/s, %.0f%% of copy\n",
-                           split, tile, ms * 1e3, gbs, 100 * gbs / copy_gbs);
+                           tile, ms * 1e3, gbs, 100 * gbs / copy_gbs);
             cJSON *r = cJSON_CreateObject();
-            cJSON_AddNumberToObject(r, "moe_split", split);
             cJSON_AddNumberToObject(r, "moe_tile", tile);
             cJSON_AddNumberToObject(r, "us", ms * 1e3);
             cJSON_AddNumberToObject(r, "gbs", gbs);

@@ -173,7 +173,7 @@ int main(int argc, char **argv)
         CHECK(tdm_gpu_upload(g, dw, hw, sizeof(float) * ntok * K, &err));
         CHECK(tdm_gpu_upload(g, did, hid, sizeof(int32_t) * ntok * K, &err));
         c.x = dx, c.w = dw, c.ids = did;
-        c.h = dalloc(sizeof(float) * ntok * (K + 1) * F);
+        c.h = dalloc(tdm_gpu_moe_h_bytes(F, ntok * (K + 1)));
         c.y = dalloc(sizeof(float) * ntok * D);
         c.scratch_bytes = tdm_gpu_moe_prefill_scratch_bytes(&c.L, ntok, K);
         c.scratch = dalloc(c.scratch_bytes);

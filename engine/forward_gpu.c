@@ -72,7 +72,7 @@ struct tdm_forward_gpu {
     float *sg;                 /* [B] */
     int32_t *ids;              /* [n_layer][B][k]: each layer's routing kept for the pass */
     float *wts;                /* [B][k] */
-    float *h;                  /* [B][k+1][h_stride] */
+    float *h;                  /* [B][k+1][h_stride], then its int8 copy (tdm_gpu_moe_h_bytes) */
     float *logits;             /* [LOGIT_ROWS][n_vocab] */
     void *mm_scratch;
     size_t mm_bytes;
@@ -404,7 +404,7 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
     DA(beta, B * Hv * 4); DA(alpha, B * Hv * 4);
     DA(rl, B * (size_t)max64(hp->n_expert, 1) * 4); DA(sg, B * 4);
     DA(ids, (size_t)hp->n_layer * B * k * 4); DA(wts, B * k * 4);
-    DA(h, B * (k + 1) * (size_t)f->h_stride * 4);
+    DA(h, tdm_gpu_moe_h_bytes(f->h_stride, (int64_t)(B * (k + 1))));
     DA(logits, (size_t)LOGIT_ROWS * hp->n_vocab * 4);
     DA(mm_scratch, f->mm_bytes);
     DA(identity, (size_t)max64(hp->n_expert, 1) * 4);

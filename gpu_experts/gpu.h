@@ -104,9 +104,7 @@ typedef struct tdm_gpu_tuning {
     int matvec_wpr;  /* warps sharing one matvec row: 1, 2 or 4 (quantised
                         formats: rows of >= 32 units only) */
     int matvec_rows; /* rows per lane for 3-8 tokens: 1 or 2 */
-    int moe_split;   /* fused MoE: warps sharing one output row: 1 or 4 */
-    int moe_tile;    /* fused MoE: output rows per block: 2, 4, 8 or 16 (at least
-                        8 / moe_split: raised to that) */
+    int moe_tile;    /* fused MoE down: output rows per block: 8, 16 or 32 */
     int deltanet_chunk_min; /* DeltaNet: batches of at least this many tokens run
                                the chunked form (1 = always; 16 built in) */
     int pdl;         /* programmatic dependent launch (each kernel starts its
@@ -292,10 +290,27 @@ typedef struct tdm_gpu_moe_layer {
  * and (when shared) one more: h[t][i][0..n_ff), i <= k. */
 int64_t tdm_gpu_moe_h_stride(const tdm_gpu_moe_layer *L);
 
+/* The h buffer of tdm_gpu_moe_gate_up / _down for `rows` = ntok * (k +
+ * shared) selections: the float rows [rows][h_stride] (their bytes rounded up
+ * to 256), then the int8 copy that gate_up writes for down: [rows][h_stride
+ * rounded up to 128] int8 and 8 bytes per 32 of scale and sums. An upper
+ * bound of h_stride and rows gives a buffer that serves every smaller call. */
+static inline size_t tdm_gpu_moe_h_float_bytes(int64_t h_stride, int64_t rows)
+{
+    return ((size_t)rows * (size_t)h_stride * sizeof(float) + 255) & ~(size_t)255;
+}
+
+static inline size_t tdm_gpu_moe_h_bytes(int64_t h_stride, int64_t rows)
+{
+    return tdm_gpu_moe_h_float_bytes(h_stride, rows) + (size_t)rows * (((size_t)h_stride + 127) & ~(size_t)127) / 32 * 40;
+}
+
 /* ONE launch: h[t][i] = silu(Gate_e x[t]) * Up_e x[t] for every selected
  * expert e = ids[t][i] that is resident, plus the shared expert into h[t][k].
- * x: [ntok][n_embd]; ids: [ntok][k], k <= 32; h: [ntok][k + (shared ? 1 : 0)][h_stride].
- * Both fused launches multiply int8 activations (x, h) as tdm_gpu_matvec. */
+ * x: [ntok][n_embd], 16-byte aligned; ids: [ntok][k], k <= 32; h: 256-byte
+ * aligned, tdm_gpu_moe_h_bytes(tdm_gpu_moe_h_stride(L), ntok * (k + shared))
+ * bytes, the floats [ntok][k + shared][h_stride] first. Both fused launches multiply int8 activations (x,
+ * h) as tdm_gpu_matvec; the int8 h is quantised once, by gate_up. */
 tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
                                const int32_t *ids, int64_t ntok, int64_t k, float *h,
                                tdm_error *err);
@@ -303,7 +318,8 @@ tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const flo
 /* ONE launch: y[t] = (accumulate ? y[t] : 0) + (add ? add[t] : 0)
  *                   + sum over resident i of weights[t][i] * Down_e h[t][i]
  *                   + sigmoid(shared gate_logit[t]) * Down_shared h[t][k].
- * add: NULL or [ntok][n_embd] (e.g. the CPU's partial sum in mapped memory). */
+ * h: as gate_up wrote it (same ntok and k); add: NULL or [ntok][n_embd]
+ * (e.g. the CPU's partial sum in mapped memory). */
 tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *h,
                             const int32_t *ids, const float *weights, int64_t ntok, int64_t k,
                             const float *add, float *y, bool accumulate, tdm_error *err);

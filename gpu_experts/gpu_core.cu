@@ -300,10 +300,8 @@ extern "C" tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, td
                 "gpu tuning: matvec_wpr %d not in {0, 1, 2, 4}", t->matvec_wpr);
     TDM_REQUIRE(err, t->matvec_rows >= 0 && t->matvec_rows <= 2, "gpu tuning: matvec_rows %d not in {0, 1, 2}",
                 t->matvec_rows);
-    TDM_REQUIRE(err, t->moe_split == 0 || t->moe_split == 1 || t->moe_split == 4,
-                "gpu tuning: moe_split %d not in {0, 1, 4}", t->moe_split);
-    TDM_REQUIRE(err, t->moe_tile == 0 || t->moe_tile == 2 || t->moe_tile == 4 || t->moe_tile == 8 || t->moe_tile == 16,
-                "gpu tuning: moe_tile %d not in {0, 2, 4, 8, 16}", t->moe_tile);
+    TDM_REQUIRE(err, t->moe_tile == 0 || t->moe_tile == 8 || t->moe_tile == 16 || t->moe_tile == 32,
+                "gpu tuning: moe_tile %d not in {0, 8, 16, 32}", t->moe_tile);
     TDM_REQUIRE(err, t->pdl >= -1 && t->pdl <= 1, "gpu tuning: pdl %d not in {-1, 0, 1}", t->pdl);
     g->tune = *t;
     return TDM_OK;

@@ -87,26 +87,8 @@ __device__ __forceinline__ const uint8_t *expert_base(const moe_args &a, int32_t
     return slot < 0 ? NULL : a.arena + (int64_t)slot * a.slot_bytes;
 }
 
-/* Sums v over the SPLIT warps that share a row (consecutive warps of the
- * block); valid in the group's first warp. Every thread must call it. */
-template <int SPLIT> __device__ __forceinline__ float group_sum(float v, float *red)
-{
-    v = tdm_warp_sum(v);
-    if (SPLIT == 1)
-        return v;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    int first = (threadIdx.x >> 5) / SPLIT * SPLIT;
-    float s = 0.0f;
-    for (int w = 0; w < SPLIT; w++)
-        s += red[first + w];
-    return s;
-}
-
 /* Row pitch of the int8 activations: whole 128-byte swizzle groups. */
-__host__ __device__ __forceinline__ int moe_pitch(int chunk) { return (chunk + 127) & ~127; }
+__host__ __device__ __forceinline__ int moe_pitch(int64_t n) { return (int)((n + 127) & ~(int64_t)127); }
 
 /* Byte offset of element k0 (a block boundary) in a row of type g. */
 __device__ __forceinline__ int64_t chunk_off(const tdm_geom &g, int64_t k0)
@@ -114,27 +96,58 @@ __device__ __forceinline__ int64_t chunk_off(const tdm_geom &g, int64_t k0)
     return k0 / g.blk * g.bytes;
 }
 
-/* Block = tile rows of gate and up for one selection (a (token, rank)
+/* The int8 copy of h that gate_up writes for down, after the float rows
+ * (gpu.h, tdm_gpu_moe_h_bytes): rows [sel][pitch] (each swizzled on its
+ * own, as tdm_xq_fill) and their scales and sums [sel][pitch / 32]. */
+static tdm_xq moe_hq_of(const float *h, int64_t rows, int64_t h_stride)
+{
+    const int8_t *q = (const int8_t *)h + tdm_gpu_moe_h_float_bytes(h_stride, rows);
+    const int pitch = moe_pitch(h_stride);
+    return {q, (const uint2 *)(q + (size_t)rows * pitch), pitch};
+}
+
+/* Quantises one group of 32 h values (lane i: element i) into row hq of the
+ * int8 copy at group gi, exactly as tdm_xq_fill would. One warp calls it. */
+__device__ __forceinline__ void moe_quantise_group(float v, int8_t *hq, uint2 *hs, int gi)
+{
+    const int lane = threadIdx.x & 31;
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1)
+        amax = tdm_max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const int q = tdm_xq_round(v, tdm_xq_inv(amax));
+    int sum = q;
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const int upper = __shfl_xor_sync(0xffffffffu, sum, 16);
+    hq[tdm_xq_swz(32 * gi + lane)] = (int8_t)q;
+    if (lane == 0)
+        hs[gi] = make_uint2(__float_as_uint(tdm_xq_scale(amax)), ((uint32_t)sum & 0xFFFFu) | (uint32_t)upper << 16);
+}
+
+/* Block = GU_TILE rows of gate and up for one selection (a (token, rank)
  * pair or the shared expert). The block quantises the token's x into
- * shared memory (a chunk of n_embd at a time), then each group of SPLIT
- * warps takes one row per pass: its lanes split the row's units. */
-template <int SPLIT>
-__global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
+ * shared memory (a chunk of n_embd at a time), then each warp computes one
+ * row of gate and up per pass, its lanes splitting the row's units; the
+ * block's silu(g) * u go to h and, when that selection's down weights take
+ * int8 activations, as one int8 group to h's int8 copy (GU_TILE = 32). */
+__global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
     moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int32_t *__restrict__ ids,
-                       int k, int ntok, float *__restrict__ h, int chunk, int tile)
+                       int k, int ntok, float *__restrict__ h, tdm_xq hq, int chunk)
 {
     extern __shared__ __align__(128) int4 moe_smem[]; /* q [pitch] int8, s [pitch / 32] */
-    __shared__ float red[MOE_WARPS];
+    __shared__ float hv[GU_TILE];
     int pitch = moe_pitch(chunk);
     int8_t *xq8 = (int8_t *)moe_smem;
     uint2 *xs = (uint2 *)(xq8 + pitch);
     tdm_xq xq = {xq8, xs, pitch};
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sel = blockIdx.y, t, rank;
     const bool routed = sel < ntok * k;
-    const int n_ff = routed ? a.n_ff : a.sh_n_ff, tile0 = blockIdx.x * tile;
+    const int n_ff = routed ? a.n_ff : a.sh_n_ff, tile0 = blockIdx.x * GU_TILE;
     const int64_t grb = routed ? a.gate_row_bytes : a.sh_gate_row_bytes;
     const int64_t urb = routed ? a.up_row_bytes : a.sh_up_row_bytes;
-    const int live_rows = n_ff - tile0 < tile ? n_ff - tile0 : tile;
+    const int live_rows = n_ff - tile0 < GU_TILE ? n_ff - tile0 : GU_TILE;
     const uint8_t *gw = a.sh_gate, *uw = a.sh_up;
     int gtype = a.sh_gate_type, utype = a.sh_up_type;
     if (!routed && live_rows > 0) { /* the shared expert's rows: weights only, ahead of the wait */
@@ -162,9 +175,10 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
     }
     tdm_geom gg = tdm_geom_rt(gtype), ug = tdm_geom_rt(utype);
     const float *xt = x + (int64_t)t * a.n_embd;
-    int sub = (warp % SPLIT) * 32 + lane, nchunks = (a.n_embd + chunk - 1) / chunk;
-    for (int p = 0; p < tile * SPLIT / MOE_WARPS; p++) {
-        int row = tile0 + p * (MOE_WARPS / SPLIT) + warp / SPLIT;
+    const int64_t hrow = (int64_t)t * (k + a.has_shared) + rank;
+    int nchunks = (a.n_embd + chunk - 1) / chunk;
+    for (int p = 0; p < GU_TILE / GU_WARPS; p++) {
+        int r = p * GU_WARPS + warp, row = tile0 + r;
         bool live = row < n_ff;
         float gs = 0.0f, us = 0.0f;
         for (int c = 0; c < nchunks; c++) {
@@ -175,26 +189,35 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
                 __syncthreads();
             }
             const uint8_t *gr = gw + row * grb + chunk_off(gg, k0), *ur = uw + row * urb + chunk_off(ug, k0);
-            float acc[2] = {0.0f, 0.0f};
             if (live && gtype == utype) { /* both rows' loads in flight at once */
-                tdm_rows_part_rt<2>(gtype, gr, ur - gr, sub, n / gg.unit, 32 * SPLIT, xq, xt + k0, acc);
+                float acc[2] = {0.0f, 0.0f};
+                tdm_rows_part_rt<2>(gtype, gr, ur - gr, lane, n / gg.unit, 32, xq, xt + k0, acc);
+                gs += acc[0];
+                us += acc[1];
             } else if (live) {
-                tdm_rows_part_rt<1>(gtype, gr, 0, sub, n / gg.unit, 32 * SPLIT, xq, xt + k0, acc);
-                tdm_rows_part_rt<1>(utype, ur, 0, sub, n / ug.unit, 32 * SPLIT, xq, xt + k0, acc + 1);
+                tdm_rows_part_rt<1>(gtype, gr, 0, lane, n / gg.unit, 32, xq, xt + k0, &gs);
+                tdm_rows_part_rt<1>(utype, ur, 0, lane, n / ug.unit, 32, xq, xt + k0, &us);
             }
-            gs += acc[0];
-            us += acc[1];
         }
-        gs = group_sum<SPLIT>(gs, red);
-        us = group_sum<SPLIT>(us, red);
-        if (live && lane == 0 && warp % SPLIT == 0)
-            h[((int64_t)t * (k + a.has_shared) + rank) * a.h_stride + row] = tdm_silu(gs) * us;
+        gs = tdm_warp_sum(gs);
+        us = tdm_warp_sum(us);
+        const float v = tdm_silu(gs) * us;
+        if (live && lane == 0)
+            h[hrow * a.h_stride + row] = v;
+        if (lane == 0)
+            hv[r] = live ? v : 0.0f;
     }
+    if (!(routed ? a.down_i8 : a.sh_down_i8))
+        return;
+    __syncthreads();
+    if (warp == 0)
+        moe_quantise_group(hv[lane], (int8_t *)hq.q + hrow * hq.pitch, (uint2 *)hq.s + hrow * (hq.pitch / 32),
+                           tile0 / 32);
 }
 
 /* Items it = sub, sub + nsub, ... < n_items of one output row: rank
  * r0 + it / nu, unit it % nu; rank r's weight row is base[r] + off (NULL:
- * not resident) against its activations (int8 chunk r, float hf + r *
+ * not resident) against its activations (int8 row r of xq, float hf + r *
  * h_stride). Adds wt[r] * partial dot to *acc. One type: the switch
  * stays outside the loop. */
 template <int T>
@@ -213,7 +236,7 @@ __device__ __forceinline__ void down_items(const uint8_t *const *base, const flo
         const uint8_t *b = base[r];
         if (!b)
             continue;
-        /* rank r's row on its own: valid because tdm_xq_fill swizzles each row
+        /* rank r's row on its own: valid because every row is swizzled
          * relative to its start (gpu_quant.cuh) */
         tdm_xq xr = {xq.q + r * xq.pitch, xq.s + r * (xq.pitch / 32), xq.pitch};
         float part = 0.0f;
@@ -222,26 +245,18 @@ __device__ __forceinline__ void down_items(const uint8_t *const *base, const flo
     }
 }
 
-/* Block = tile output rows of one token. The block looks up the
- * token's resident experts, quantises its k (+ shared) h rows into shared
- * memory (a chunk of h_stride at a time), then each group of SPLIT warps
- * takes one row per pass: its lanes split the (rank, unit) items of the
- * row, so short rows (n_ff 512) still keep every lane busy. */
-template <int SPLIT>
-__global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
-    moe_down_kernel(moe_args a, const float *__restrict__ h, const int32_t *__restrict__ ids,
-                    const float *__restrict__ wts, int k, const float *add, float *y,
-                    int accumulate, int chunk, int tile)
+/* Block = tile output rows of one token. The block looks up the token's
+ * resident experts; each warp takes one row per pass, its lanes splitting
+ * the (rank, unit) items of every resident selection and the gated shared
+ * expert against the int8 copy of h that gate_up wrote (plain formats: the
+ * float rows), so short rows (n_ff 512) still keep every lane busy. */
+__global__ void __launch_bounds__(DN_WARPS * 32, DN_BLOCKS_PER_SM)
+    moe_down_kernel(moe_args a, const float *__restrict__ h, tdm_xq hq, const int32_t *__restrict__ ids,
+                    const float *__restrict__ wts, int k, const float *add, float *y, int accumulate, int tile)
 {
-    extern __shared__ __align__(128) int4 moe_smem[]; /* q [nsel][pitch] int8, s [nsel][pitch / 32] */
-    __shared__ float red[MOE_WARPS];
     __shared__ const uint8_t *base[MOE_MAX_K + 1];
     __shared__ float wt[MOE_MAX_K + 1];
     int nsel = k + a.has_shared, t = blockIdx.y;
-    int pitch = moe_pitch(chunk);
-    int8_t *xq8 = (int8_t *)moe_smem;
-    uint2 *xs = (uint2 *)(xq8 + nsel * pitch);
-    tdm_xq xq = {xq8, xs, pitch};
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tile0 = blockIdx.x * tile;
     int live_rows = a.n_embd - tile0 < tile ? a.n_embd - tile0 : tile;
     if (a.has_shared) /* weights only, ahead of the wait */
@@ -265,35 +280,20 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_BLOCKS_PER_SM)
             tdm_prefetch_l2(base[r] + tile0 * a.down_row_bytes, live_rows * a.down_row_bytes);
     tdm_geom dg = tdm_geom_rt(a.down_type), sg = tdm_geom_rt(a.sh_down_type);
     const float *ht = h + (int64_t)t * nsel * a.h_stride;
-    int sub = (warp % SPLIT) * 32 + lane, nchunks = (int)((a.h_stride + chunk - 1) / chunk);
-    for (int p = 0; p < tile * SPLIT / MOE_WARPS; p++) {
-        int row = tile0 + p * (MOE_WARPS / SPLIT) + warp / SPLIT;
-        bool live = row < a.n_embd;
+    const tdm_xq xt = {hq.q + (int64_t)t * nsel * hq.pitch, hq.s + (int64_t)t * nsel * (hq.pitch / 32), hq.pitch};
+    const int nr = a.n_ff / dg.unit, ns = a.sh_n_ff / sg.unit;
+    for (int p = 0; p < tile / DN_WARPS; p++) {
+        int row = tile0 + p * DN_WARPS + warp;
+        if (row >= a.n_embd)
+            break;
         float acc = 0.0f;
-        for (int c = 0; c < nchunks; c++) {
-            int k0 = c * chunk, n = a.h_stride - k0 < chunk ? (int)(a.h_stride - k0) : chunk;
-            if (nchunks > 1 || p == 0) {
-                __syncthreads();
-                tdm_xq_fill(xq8, xs, pitch, ht, a.h_stride, nsel, k0, n & ~31);
-                __syncthreads();
-            }
-            if (!live)
-                continue;
-            int nr = a.n_ff > k0 ? (a.n_ff - k0 < n ? a.n_ff - k0 : n) / dg.unit : 0;
-            int64_t off = row * a.down_row_bytes + chunk_off(dg, k0);
-            TDM_QT_DISPATCH(a.down_type, (down_items<QTYPE>(base, wt, off, 0, nr, k * nr, sub,
-                                                             32 * SPLIT, xq, ht + k0, a.h_stride,
-                                                             &acc)));
-            if (a.has_shared) {
-                int ns = a.sh_n_ff > k0 ? (a.sh_n_ff - k0 < n ? a.sh_n_ff - k0 : n) / sg.unit : 0;
-                off = row * a.sh_down_row_bytes + chunk_off(sg, k0);
-                TDM_QT_DISPATCH(a.sh_down_type,
-                                (down_items<QTYPE>(base, wt, off, k, ns, ns, sub, 32 * SPLIT, xq,
-                                                   ht + k0, a.h_stride, &acc)));
-            }
-        }
-        acc = group_sum<SPLIT>(acc, red);
-        if (live && lane == 0 && warp % SPLIT == 0) {
+        TDM_QT_DISPATCH(a.down_type, (down_items<QTYPE>(base, wt, row * a.down_row_bytes, 0, nr, k * nr, lane, 32,
+                                                         xt, ht, a.h_stride, &acc)));
+        if (a.has_shared)
+            TDM_QT_DISPATCH(a.sh_down_type, (down_items<QTYPE>(base, wt, row * a.sh_down_row_bytes, k, ns, ns, lane,
+                                                                32, xt, ht, a.h_stride, &acc)));
+        acc = tdm_warp_sum(acc);
+        if (lane == 0) {
             int64_t i = (int64_t)t * a.n_embd + row;
             float v = accumulate ? y[i] : 0.0f;
             if (add)
@@ -323,6 +323,13 @@ static tdm_status row_bytes_of(tdm_qtype t, int64_t n, const char *what, int64_t
                 (long long)n, tdm_qtype_name(t), blk);
     *rb = n / blk * bytes;
     return TDM_OK;
+}
+
+/* Whether the format multiplies int8 activations. */
+static bool moe_i8(int t)
+{
+    int blk, bytes;
+    return tdm_gpu_qt_geometry((tdm_qtype)t, &blk, &bytes) && blk >= 32;
 }
 
 #define MOE_CHECK(call)                                                                      \
@@ -361,9 +368,8 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
     TDM_REQUIRE(err, L->n_ff % 8 == 0 && L->n_embd % 8 == 0, "gpu moe: n_ff/n_embd not multiples of 8");
     a->n_embd = (int)L->n_embd;
     a->n_ff = (int)L->n_ff;
-    a->units_embd = (int)(L->n_embd / 8);
-    a->units_ff = (int)(L->n_ff / 8);
     a->h_stride = tdm_gpu_moe_h_stride(L);
+    a->down_i8 = moe_i8(L->down_type);
     const tdm_gpu_shared_expert *sh = L->shared;
     if (sh) {
         TDM_REQUIRE(err, sh->gate && sh->up && sh->down, "gpu moe: shared expert weights NULL");
@@ -378,38 +384,21 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
         MOE_CHECK(row_bytes_of(sh->up_type, L->n_embd, "shared up", &a->sh_up_row_bytes, err));
         MOE_CHECK(row_bytes_of(sh->down_type, sh->n_ff, "shared down", &a->sh_down_row_bytes, err));
         a->sh_n_ff = (int)sh->n_ff;
-        a->sh_units_ff = (int)(sh->n_ff / 8);
         a->sh_logit = sh->gate_logit;
+        a->sh_down_i8 = moe_i8(sh->down_type);
     }
     return TDM_OK;
 }
 
-/* Activation chunk (elements) of a launch quantising `rows` vectors of n
- * elements per block: the whole row when it fits MOE_XQ_ELEMS, else block
- * multiples; padded to whole groups of 32. */
-static int moe_chunk(int64_t n, int64_t rows)
+/* Activation chunk (elements) of a gate_up block: the whole x row when it
+ * fits MOE_XQ_ELEMS, else block multiples; padded to whole groups of 32. */
+static int moe_chunk(int64_t n)
 {
-    int64_t cap = MOE_XQ_ELEMS / rows / 256 * 256;
-    if (cap < 256)
-        cap = 256;
-    return (int)(n <= cap ? (n + 31) / 32 * 32 : cap);
+    return (int)(n <= MOE_XQ_ELEMS ? (n + 31) / 32 * 32 : MOE_XQ_ELEMS);
 }
 
-/* Launch shape: warps per output row (tuning, else MOE_SPLIT) and rows per
- * block (tuning, else MOE_TILE; at least MOE_WARPS / split so that every
- * warp has a row). */
-static int moe_split_of(const tdm_gpu *g) { return g->tune.moe_split ? g->tune.moe_split : MOE_SPLIT; }
-static int moe_tile_of(const tdm_gpu *g, int split)
-{
-    const int t = g->tune.moe_tile ? g->tune.moe_tile : MOE_TILE;
-    return t * split < MOE_WARPS ? MOE_WARPS / split : t;
-}
-
-static size_t moe_smem_bytes(int chunk, int64_t rows)
-{
-    int pitch = moe_pitch(chunk);
-    return (size_t)rows * pitch + (size_t)rows * (pitch / 32) * sizeof(uint2);
-}
+/* Output rows per down block (tuning, else DN_TILE). */
+static int moe_tile_of(const tdm_gpu *g) { return g->tune.moe_tile ? g->tune.moe_tile : DN_TILE; }
 
 extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
                                           const int32_t *ids, int64_t ntok, int64_t k, float *h,
@@ -418,13 +407,13 @@ extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L
     moe_args a;
     MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
     TDM_REQUIRE(err, x && ids && h, "gpu moe_gate_up: NULL argument");
-    TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu moe_gate_up: x must be 16-byte aligned");
-    int chunk = moe_chunk(a.n_embd, 1);
-    const int split = moe_split_of(g), tile = moe_tile_of(g, split);
-    dim3 grid(tdm_cdiv(a.h_stride, tile), (unsigned)(ntok * (k + a.has_shared)));
-    size_t smem = moe_smem_bytes(chunk, 1);
-    TDM_LAUNCH(err, g, split == 4 ? moe_gate_up_kernel<4> : moe_gate_up_kernel<1>, grid, MOE_WARPS * 32, smem, a, x,
-               ids, (int)k, (int)ntok, h, chunk, tile);
+    TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0 && ((uintptr_t)h & 255) == 0,
+                "gpu moe_gate_up: x must be 16-byte and h 256-byte aligned");
+    const int chunk = moe_chunk(a.n_embd), nsel = (int)(ntok * (k + a.has_shared));
+    dim3 grid(tdm_cdiv(a.h_stride, GU_TILE), (unsigned)nsel);
+    size_t smem = (size_t)moe_pitch(chunk) / 32 * (32 + sizeof(uint2));
+    TDM_LAUNCH(err, g, moe_gate_up_kernel, grid, GU_WARPS * 32, smem, a, x, ids, (int)k, (int)ntok, h,
+               moe_hq_of(h, nsel, a.h_stride), chunk);
     return TDM_OK;
 }
 
@@ -436,14 +425,11 @@ extern "C" tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, c
     moe_args a;
     MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
     TDM_REQUIRE(err, h && ids && weights && y, "gpu moe_down: NULL argument");
-    TDM_REQUIRE(err, ((uintptr_t)h & 15) == 0 && a.h_stride % 4 == 0,
-                "gpu moe_down: h must be 16-byte aligned with a stride multiple of 4");
-    int64_t nsel = k + a.has_shared;
-    int chunk = moe_chunk(a.h_stride, nsel);
-    const int split = moe_split_of(g), tile = moe_tile_of(g, split);
+    TDM_REQUIRE(err, ((uintptr_t)h & 255) == 0, "gpu moe_down: h must be 256-byte aligned");
+    const int64_t nsel = ntok * (k + a.has_shared);
+    const int tile = moe_tile_of(g);
     dim3 grid(tdm_cdiv(a.n_embd, tile), (unsigned)ntok);
-    size_t smem = moe_smem_bytes(chunk, nsel);
-    TDM_LAUNCH(err, g, split == 4 ? moe_down_kernel<4> : moe_down_kernel<1>, grid, MOE_WARPS * 32, smem, a, h, ids,
-               weights, (int)k, add, y, accumulate ? 1 : 0, chunk, tile);
+    TDM_LAUNCH(err, g, moe_down_kernel, grid, DN_WARPS * 32, 0, a, h, moe_hq_of(h, nsel, a.h_stride), ids,
+               weights, (int)k, add, y, accumulate ? 1 : 0, tile);
     return TDM_OK;
 }

@@ -441,8 +441,12 @@ __global__ void __launch_bounds__(PF_THREADS, PF_BLOCKS_PER_SM)
     const pf_tile tl = p.tiles[blockIdx.x];
     const int kind = tl.group == a.n_expert, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int64_t slot = kind ? 0 : a.slot_of[tl.group];
-    const pf_mat *mats[PF_SLABS] = {&a.mat[kind][GU ? 0 : 2], &a.mat[kind][GU ? 1 : 2]};
-    const int rows = mats[0]->rows, k = mats[0]->k, row0 = blockIdx.y * (GU ? PF_BM : PF_SLABS * PF_BM);
+    /* the two tiles' matrices (selects: indexing the parameter by kind
+     * would copy it to the stack); both have the same rows and k */
+    const pf_mat m0 = kind ? a.mat[1][GU ? 0 : 2] : a.mat[0][GU ? 0 : 2];
+    const pf_mat m1 = kind ? a.mat[1][GU ? 1 : 2] : a.mat[0][GU ? 1 : 2];
+    const int rows = m0.rows, k = m0.k, row0 = blockIdx.y * (GU ? PF_BM : PF_SLABS * PF_BM);
+    const bool pair = m0.one_scale && m1.one_scale;
     if (row0 >= rows)
         return; /* the shared expert's n_ff may be smaller than the grid's */
     if (tid < PF_TN) {
@@ -474,15 +478,16 @@ __global__ void __launch_bounds__(PF_THREADS, PF_BLOCKS_PER_SM)
 
     for (int e0 = 0; e0 < k; e0 += PF_BK) {
         __syncthreads(); /* the previous step's tiles are consumed; src_off is set */
-#pragma unroll
-        for (int m = 0; m < PF_SLABS; m++)
-            TDM_QT_DISPATCH(mats[m]->type,
-                            (pf_stage_weights<QTYPE, I8A>(mats[m]->w + slot * a.slot_bytes, mats[m]->row_bytes, rows,
-                                                          k, row0 + (GU ? 0 : m * PF_BM), e0, A + m * PF_BM * LDA,
-                                                          S + m * PF_BM * PF_HG)));
+        /* rolled: one copy of the type switch per kernel (compile time) */
+#pragma unroll 1
+        for (int m = 0; m < PF_SLABS; m++) {
+            const pf_mat mt = m ? m1 : m0;
+            TDM_QT_DISPATCH(mt.type, (pf_stage_weights<QTYPE, I8A>(mt.w + slot * a.slot_bytes, mt.row_bytes, rows, k,
+                                                                   row0 + (GU ? 0 : m * PF_BM), e0,
+                                                                   A + m * PF_BM * LDA, S + m * PF_BM * PF_HG)));
+        }
         pf_stage_acts(src, src_off, 8 * nslab, k, e0, B, XS);
         __syncthreads();
-        const bool pair = mats[0]->one_scale && mats[1]->one_scale;
         switch (nslab * 2 + pair) { /* active slabs and fold width known at compile time below */
         case 2: pf_mma_step<PF_SLABS, I8A, 1, false>(A, B, S, XS, warp, lane, acc); break;
         case 3: pf_mma_step<PF_SLABS, I8A, 1, true>(A, B, S, XS, warp, lane, acc); break;

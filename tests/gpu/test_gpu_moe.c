@@ -93,24 +93,24 @@ typedef struct moe_case {
     tdm_qtype ut, sh_ut; /* up types when they differ from gate's (0: the same) */
 } moe_case;
 
-static void run_moe_split(const moe_case *c);
+static void run_moe_tile(const moe_case *c);
 
-/* Every launch shape of the fused kernels (warps per row x rows per block)
- * must compute the same values. */
+/* Every launch shape of the fused down kernel (rows per block) must compute
+ * the same values. */
 static void run_moe(const moe_case *c)
 {
-    static const int shapes[][2] = {{1, 16}, {1, 8}, {4, 16}, {4, 4}, {4, 2}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        tdm_gpu_tuning tu = {.moe_split = shapes[i][0], .moe_tile = shapes[i][1]};
+    static const int tiles[] = {8, 16, 32};
+    for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
+        tdm_gpu_tuning tu = {.moe_tile = tiles[i]};
         GPU_OK(tdm_gpu_set_tuning(g_gpu, &tu, ERR));
-        printf("  moe_split %d, tile %d\n", shapes[i][0], shapes[i][1]);
-        run_moe_split(c);
+        printf("  down tile %d\n", tiles[i]);
+        run_moe_tile(c);
     }
     tdm_gpu_tuning tu = {0};
     GPU_OK(tdm_gpu_set_tuning(g_gpu, &tu, ERR));
 }
 
-static void run_moe_split(const moe_case *c)
+static void run_moe_tile(const moe_case *c)
 {
     int64_t E = c->n_expert, k = c->k, ntok = c->ntok, D = c->n_embd, F = c->n_ff;
     expert *ex = calloc(E, sizeof *ex), sh;
@@ -186,7 +186,7 @@ static void run_moe_split(const moe_case *c)
     tdm_gpu_moe_layer L = {&tab, c->layer, c->gt, c->ut ? c->ut : c->gt, c->dt, D, F,
                            c->shared ? &dsh : NULL};
     int64_t hs = tdm_gpu_moe_h_stride(&L), nsel = k + (c->shared ? 1 : 0);
-    float *dx = dev_upload(x, sizeof(float) * ntok * D), *dh = dev_poisoned(ntok * nsel * hs);
+    float *dx = dev_upload(x, sizeof(float) * ntok * D), *dh = dev_poisoned(tdm_gpu_moe_h_bytes(hs, ntok * nsel) / sizeof(float));
     int32_t *dids = dev_upload(ids, sizeof(int32_t) * ntok * k);
     float *dw = dev_upload(wts, sizeof(float) * ntok * k), *dadd = dev_upload(add, sizeof(float) * ntok * D);
     float *dy = dev_upload(y0, sizeof(float) * ntok * D);
@@ -352,6 +352,8 @@ static void test_moe_bad_input(void **state)
     assert_int_equal(tdm_gpu_moe_down(g_gpu, &L, f, d, f, 1, 2, NULL, f, false, &e), TDM_ERR_INVALID);
     printf("  %s\n", e.msg);
     L.n_ff = 256;
+    assert_int_equal(tdm_gpu_moe_down(g_gpu, &L, f + 4, d, f, 1, 2, NULL, f, false, &e), TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
     assert_int_equal(tdm_gpu_moe_gate_up(g_gpu, &L, f, d, 1, 9, f, &e), TDM_ERR_INVALID);
     L.table = NULL;
     assert_int_equal(tdm_gpu_moe_gate_up(g_gpu, &L, f, d, 1, 2, f, &e), TDM_ERR_INVALID);
