@@ -90,12 +90,6 @@ __device__ __forceinline__ const uint8_t *expert_base(const moe_args &a, int32_t
 /* Row pitch of the int8 activations: whole 128-byte swizzle groups. */
 __host__ __device__ __forceinline__ int moe_pitch(int64_t n) { return (int)((n + 127) & ~(int64_t)127); }
 
-/* Byte offset of element k0 (a block boundary) in a row of type g. */
-__device__ __forceinline__ int64_t chunk_off(const tdm_geom &g, int64_t k0)
-{
-    return k0 / g.blk * g.bytes;
-}
-
 /* The int8 copy of h that gate_up writes for down, after the float rows
  * (gpu.h, tdm_gpu_moe_h_bytes): rows [sel][pitch] (each swizzled on its
  * own, as tdm_xq_fill) and their scales and sums [sel][pitch / 32]. */
@@ -173,30 +167,35 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
         t = sel - ntok * k;
         rank = k;
     }
-    tdm_geom gg = tdm_geom_rt(gtype), ug = tdm_geom_rt(utype);
     const float *xt = x + (int64_t)t * a.n_embd;
     const int64_t hrow = (int64_t)t * (k + a.has_shared) + rank;
-    int nchunks = (a.n_embd + chunk - 1) / chunk;
+    /* chunk geometry, divided out once: bytes of a whole chunk of a row and
+     * units of a whole and of the last chunk */
+    const tdm_geom gg = tdm_geom_rt(gtype), ug = tdm_geom_rt(utype);
+    const int nchunks = (a.n_embd + chunk - 1) / chunk, last = a.n_embd - (nchunks - 1) * chunk;
+    const int gcb = chunk / gg.blk * gg.bytes, ucb = chunk / ug.blk * ug.bytes;
+    const int gfull = chunk / gg.unit, glast = last / gg.unit, ufull = chunk / ug.unit, ulast = last / ug.unit;
     for (int p = 0; p < GU_TILE / GU_WARPS; p++) {
         int r = p * GU_WARPS + warp, row = tile0 + r;
         bool live = row < n_ff;
         float gs = 0.0f, us = 0.0f;
         for (int c = 0; c < nchunks; c++) {
-            int k0 = c * chunk, n = a.n_embd - k0 < chunk ? a.n_embd - k0 : chunk;
+            const bool end = c == nchunks - 1;
+            const int k0 = c * chunk;
             if (nchunks > 1 || p == 0) { /* one chunk: x stays for every pass */
                 __syncthreads();
-                tdm_xq_fill(xq8, xs, pitch, xt, 0, 1, k0, n & ~31);
+                tdm_xq_fill(xq8, xs, pitch, xt, 0, 1, k0, (end ? last : chunk) & ~31);
                 __syncthreads();
             }
-            const uint8_t *gr = gw + row * grb + chunk_off(gg, k0), *ur = uw + row * urb + chunk_off(ug, k0);
+            const uint8_t *gr = gw + row * grb + (int64_t)c * gcb, *ur = uw + row * urb + (int64_t)c * ucb;
             if (live && gtype == utype) { /* both rows' loads in flight at once */
                 float acc[2] = {0.0f, 0.0f};
-                tdm_rows_part_rt<2>(gtype, gr, ur - gr, lane, n / gg.unit, 32, xq, xt + k0, acc);
+                tdm_rows_part_rt<2>(gtype, gr, ur - gr, lane, end ? glast : gfull, 32, xq, xt + k0, acc);
                 gs += acc[0];
                 us += acc[1];
             } else if (live) {
-                tdm_rows_part_rt<1>(gtype, gr, 0, lane, n / gg.unit, 32, xq, xt + k0, &gs);
-                tdm_rows_part_rt<1>(utype, ur, 0, lane, n / ug.unit, 32, xq, xt + k0, &us);
+                tdm_rows_part_rt<1>(gtype, gr, 0, lane, end ? glast : gfull, 32, xq, xt + k0, &gs);
+                tdm_rows_part_rt<1>(utype, ur, 0, lane, end ? ulast : ufull, 32, xq, xt + k0, &us);
             }
         }
         gs = tdm_warp_sum(gs);

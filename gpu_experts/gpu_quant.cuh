@@ -449,16 +449,12 @@ template <> struct QT<TDM_Q_Q3_K> : QI8<1, true, false> {
  * three words (ggml get_scale_min_k4). */
 TDM_HD void tdm_scale_min_k4(uint32_t s0, uint32_t s1, uint32_t s2, int k, int *sc, int *mn)
 {
+    /* both forms, then a select: the lanes of a warp decode different
+     * sub-blocks, and a branch here would diverge */
     int j = 8 * (k & 3);
-    uint32_t a = (s0 >> j) & 0xFF, b = (s1 >> j) & 0xFF;
-    if (k < 4) {
-        *sc = (int)(a & 63);
-        *mn = (int)(b & 63);
-    } else {
-        uint32_t c = (s2 >> j) & 0xFF;
-        *sc = (int)((c & 0xF) | ((a >> 6) << 4));
-        *mn = (int)((c >> 4) | ((b >> 6) << 4));
-    }
+    uint32_t a = (s0 >> j) & 0xFF, b = (s1 >> j) & 0xFF, c = (s2 >> j) & 0xFF;
+    *sc = (int)(k < 4 ? a & 63 : (c & 0xF) | ((a >> 6) << 4));
+    *mn = (int)(k < 4 ? b & 63 : (c >> 4) | ((b >> 6) << 4));
 }
 
 /* Scale d * sc and min dmin * mn of sub-block k of a Q4_K/Q5_K block whose
@@ -747,7 +743,10 @@ __device__ __forceinline__ void tdm_xq_fill(int8_t *q, uint2 *s, int pitch, cons
     for (int base = 0; base < total; base += blockDim.x) {
         int i = base + threadIdx.x;
         bool ok = i < total; /* a group's 8 lanes agree: per_row is a multiple of 8 */
-        int r = ok ? i / per_row : 0, e = ok ? 4 * (i - r * per_row) : 0;
+        int r = 0;
+        if (nrows > 1 && ok) /* uniform: the division only where there are rows to tell apart */
+            r = i / per_row;
+        int e = ok ? 4 * (i - r * per_row) : 0;
         float4 v = ok ? __ldg((const float4 *)(x + r * xs + k0 + e)) : make_float4(0, 0, 0, 0);
         float amax = tdm_max_nan(tdm_max_nan(fabsf(v.x), fabsf(v.y)), tdm_max_nan(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
