@@ -36,6 +36,10 @@ struct tdm_gpu {
     size_t n_bufs, cap_bufs;
 };
 
+/* Per-context set-up of the prompt MoE kernels (gpu_moe_prefill.cu), called
+ * by tdm_gpu_create. */
+tdm_status tdm_gpu_moe_prefill_init(tdm_error *err);
+
 /* Turns a CUDA error into TDM_ERR_CUDA naming the call and its site. */
 tdm_status tdm_gpu_cuda_fail(tdm_error *err, cudaError_t e, const char *call, const char *file,
                              int line);

@@ -94,7 +94,7 @@ static tdm_status create(tdm_gpu *g, int device, tdm_error *err)
         TDM_CU(err, cudaEventCreateWithFlags(&g->fences[i], cudaEventDisableTiming));
     TDM_BLAS(err, cublasCreate(&g->blas));
     TDM_BLAS(err, cublasSetStream(g->blas, g->stream));
-    return TDM_OK;
+    return tdm_gpu_moe_prefill_init(err);
 }
 
 extern "C" tdm_status tdm_gpu_create(int device, tdm_gpu **out, tdm_error *err)

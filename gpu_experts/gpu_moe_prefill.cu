@@ -277,12 +277,7 @@ __device__ __forceinline__ void pf_stage_weights(const uint8_t *w, int64_t row_b
             float q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             if (row0 + r < rows && e < k)
                 Q::dq8(w + (int64_t)(row0 + r) * row_bytes + (int64_t)e / 8 * Q::BYTES, 0, q);
-            uint4 v;
-            uint32_t *vw = (uint32_t *)&v;
-#pragma unroll
-            for (int h = 0; h < 4; h++)
-                vw[h] = pf_bits(__floats2half2_rn(q[2 * h], q[2 * h + 1]));
-            *(uint4 *)(A + r * LDA + 16 * uu) = v;
+            *(uint4 *)(A + r * LDA + 16 * uu) = tdm_pack_f16x8(q);
             if (uu % 2 == 0)
                 S[r * PF_HG + uu / 2] = make_float2(1.0f, 0.0f);
         }
@@ -631,6 +626,22 @@ static bool pf_quantised(int t)
     return tdm_gpu_qt_geometry((tdm_qtype)t, &blk, &bytes) && blk >= 32;
 }
 
+/* Each GEMM kernel may use its dynamic shared memory (the fp16-tile ones,
+ * 54 KB, more than the 48 KB default): set once per context by
+ * tdm_gpu_create, not per launch. */
+tdm_status tdm_gpu_moe_prefill_init(tdm_error *err)
+{
+    TDM_CU(err, cudaFuncSetAttribute(pf_gemm_kernel<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)pf_smem_bytes(true)));
+    TDM_CU(err, cudaFuncSetAttribute(pf_gemm_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)pf_smem_bytes(false)));
+    TDM_CU(err, cudaFuncSetAttribute(pf_gemm_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)pf_smem_bytes(true)));
+    TDM_CU(err, cudaFuncSetAttribute(pf_gemm_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)pf_smem_bytes(false)));
+    return TDM_OK;
+}
+
 extern "C" size_t tdm_gpu_moe_prefill_scratch_bytes(const tdm_gpu_moe_layer *L, int64_t max_tok,
                                                    int64_t k)
 {
@@ -675,8 +686,6 @@ extern "C" tdm_status tdm_gpu_moe_prefill(tdm_gpu *g, const tdm_gpu_moe_layer *L
             i8[m == 2] = i8[m == 2] && pf_quantised(a.mat[kind][m].type);
     void (*gu)(pf_args, pf_plan, const float *, float *) = i8[0] ? pf_gemm_kernel<true, true> : pf_gemm_kernel<true, false>;
     void (*dn)(pf_args, pf_plan, const float *, float *) = i8[1] ? pf_gemm_kernel<false, true> : pf_gemm_kernel<false, false>;
-    TDM_CU(err, cudaFuncSetAttribute(gu, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem_bytes(i8[0])));
-    TDM_CU(err, cudaFuncSetAttribute(dn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pf_smem_bytes(i8[1])));
     TDM_LAUNCH(err, g, gu, dim3((unsigned)lo.max_tiles, tdm_cdiv(ff, PF_BM)), PF_THREADS, pf_smem_bytes(i8[0]), a, p,
                x, h);
     TDM_LAUNCH(err, g, dn, dim3((unsigned)lo.max_tiles, tdm_cdiv(a.n_embd, PF_SLABS * PF_BM)), PF_THREADS,

@@ -330,11 +330,7 @@ __global__ void dequant_f16_kernel(const uint8_t *__restrict__ w, int64_t row_by
     int u = (int)(i - row * units);
     float q[8];
     tdm_dq_unit<T>(w + row * row_bytes, u, q);
-    __half2 h[4];
-#pragma unroll
-    for (int p = 0; p < 4; p++)
-        h[p] = __floats2half2_rn(q[2 * p], q[2 * p + 1]);
-    *(uint4 *)(dst + 8 * i) = *(uint4 *)h;
+    *(uint4 *)(dst + 8 * i) = tdm_pack_f16x8(q);
 }
 
 extern "C" tdm_status tdm_gpu_dequant_f16(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows,

@@ -892,6 +892,19 @@ __device__ __forceinline__ void tdm_rows_part_rt(int type, const uint8_t *row, i
     TDM_QT_DISPATCH(type, (tdm_rows_part<QTYPE, R>(row, delta, ubeg, uend, ustep, xq, xf, acc)));
 }
 
+/* Eight floats as eight halves (round to nearest even) in one 16-byte word:
+ * the plain formats' fp16 tiles (dequant_f16_kernel, the prompt MoE staging). */
+__device__ __forceinline__ uint4 tdm_pack_f16x8(const float *q)
+{
+    uint32_t w[4];
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        const __half2 h = __floats2half2_rn(q[2 * p], q[2 * p + 1]);
+        memcpy(&w[p], &h, 4);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 /* Asks L2 for [p, p + bytes) ahead of the loads (hides the DRAM latency
  * behind the activation quantisation). */
 __device__ __forceinline__ void tdm_prefetch_l2(const uint8_t *p, int64_t bytes)
