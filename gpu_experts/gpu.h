@@ -302,15 +302,17 @@ static inline size_t tdm_gpu_moe_h_float_bytes(int64_t h_stride, int64_t rows)
 
 static inline size_t tdm_gpu_moe_h_bytes(int64_t h_stride, int64_t rows)
 {
-    return tdm_gpu_moe_h_float_bytes(h_stride, rows) + (size_t)rows * (((size_t)h_stride + 127) & ~(size_t)127) / 32 * 40;
+    const size_t pitch = ((size_t)h_stride + 127) & ~(size_t)127;
+    return tdm_gpu_moe_h_float_bytes(h_stride, rows) + (size_t)rows * (pitch / 32) * (32 + 8);
 }
 
 /* ONE launch: h[t][i] = silu(Gate_e x[t]) * Up_e x[t] for every selected
  * expert e = ids[t][i] that is resident, plus the shared expert into h[t][k].
  * x: [ntok][n_embd], 16-byte aligned; ids: [ntok][k], k <= 32; h: 256-byte
  * aligned, tdm_gpu_moe_h_bytes(tdm_gpu_moe_h_stride(L), ntok * (k + shared))
- * bytes, the floats [ntok][k + shared][h_stride] first. Both fused launches multiply int8 activations (x,
- * h) as tdm_gpu_matvec; the int8 h is quantised once, by gate_up. */
+ * bytes, the floats [ntok][k + shared][h_stride] first. Both fused launches
+ * multiply int8 activations (x, h) as tdm_gpu_matvec; h is quantised once,
+ * by gate_up, into the buffer's int8 copy. */
 tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
                                const int32_t *ids, int64_t ntok, int64_t k, float *h,
                                tdm_error *err);

@@ -744,7 +744,7 @@ __device__ __forceinline__ void tdm_xq_fill(int8_t *q, uint2 *s, int pitch, cons
         int i = base + threadIdx.x;
         bool ok = i < total; /* a group's 8 lanes agree: per_row is a multiple of 8 */
         int r = 0;
-        if (nrows > 1 && ok) /* uniform: the division only where there are rows to tell apart */
+        if (nrows > 1 && ok) /* one row (nrows is uniform) needs no division */
             r = i / per_row;
         int e = ok ? 4 * (i - r * per_row) : 0;
         float4 v = ok ? __ldg((const float4 *)(x + r * xs + k0 + e)) : make_float4(0, 0, 0, 0);

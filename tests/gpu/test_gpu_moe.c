@@ -186,7 +186,8 @@ static void run_moe_tile(const moe_case *c)
     tdm_gpu_moe_layer L = {&tab, c->layer, c->gt, c->ut ? c->ut : c->gt, c->dt, D, F,
                            c->shared ? &dsh : NULL};
     int64_t hs = tdm_gpu_moe_h_stride(&L), nsel = k + (c->shared ? 1 : 0);
-    float *dx = dev_upload(x, sizeof(float) * ntok * D), *dh = dev_poisoned(tdm_gpu_moe_h_bytes(hs, ntok * nsel) / sizeof(float));
+    float *dx = dev_upload(x, sizeof(float) * ntok * D);
+    float *dh = dev_poisoned(tdm_gpu_moe_h_bytes(hs, ntok * nsel) / sizeof(float)); /* floats and the int8 copy */
     int32_t *dids = dev_upload(ids, sizeof(int32_t) * ntok * k);
     float *dw = dev_upload(wts, sizeof(float) * ntok * k), *dadd = dev_upload(add, sizeof(float) * ntok * D);
     float *dy = dev_upload(y0, sizeof(float) * ntok * D);

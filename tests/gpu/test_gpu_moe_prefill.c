@@ -407,9 +407,9 @@ static void run_case(const pcase *c)
             fail_msg("h[%zu] differs between two calls: %g vs %g", i, (double)h[i], (double)h2[i]);
     assert_memory_equal(y, y2, sizeof(float) * ny);
 
-    /* the decode kernels: gate_up on the same x, down on the prefill's h; the
-     * two paths may differ by the sum of their bounds (the decode one is
-     * mostly its int8 activation rounding, header) */
+    /* the decode kernels: gate_up on the same x, whose h may differ from the
+     * prefill's by the sum of the two bounds (the decode one is mostly its
+     * int8 activation rounding, header) */
     float *dh = dev_poisoned(tdm_gpu_moe_h_bytes(hs, ntok * (c->k + (c->shared ? 1 : 0))) / sizeof(float));
     GPU_OK(tdm_gpu_moe_gate_up(g_gpu, &d.L, d.x, d.ids, ntok, c->k, dh, ERR));
     float *hd = dev_download_f32(dh, nh);
