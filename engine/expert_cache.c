@@ -272,12 +272,16 @@ int64_t tdm_expert_cache_layer_misses(const tdm_expert_cache *c, int32_t il)
 
 /* ---- budget ledger ---- */
 
-static bool is_routed_expert(const tdm_model *m, const void *data)
+/* Whether tensor t is a MoE layer's routed-expert stack. By the name the
+ * weights keep from the gguf (the same pointer), not by the data: after
+ * tdm_model_copy_experts the weights point into the copy, the tensors into
+ * the mapping. */
+static bool is_routed_expert(const tdm_model *m, const tdm_gguf_tensor *t)
 {
     const tdm_hparams *hp = tdm_model_hparams(m);
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const tdm_layer *L = tdm_model_layer(m, il);
-        if (is_moe(L) && (data == L->gate_exps.data || data == L->up_exps.data || data == L->down_exps.data))
+        if (is_moe(L) && (t->name == L->gate_exps.name || t->name == L->up_exps.name || t->name == L->down_exps.name))
             return true;
     }
     return false;
@@ -295,7 +299,7 @@ tdm_status tdm_budget_inputs_for(const tdm_model *m, int32_t n_ctx, int32_t max_
     const tdm_gguf *g = tdm_model_gguf(m);
     for (int64_t i = 0; i < tdm_gguf_tensor_count(g); i++) {
         const tdm_gguf_tensor *t = tdm_gguf_tensor_at(g, i);
-        if (!is_routed_expert(m, t->data))
+        if (!is_routed_expert(m, t))
             out->weight_bytes += t->nbytes;
     }
     out->kv_bytes_per_pos = (uint64_t)hp->n_attn_layers * 2u * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * 4u;

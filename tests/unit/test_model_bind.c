@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expert_cache.h"
 #include "forward.h"
 #include "gguf.h"
 #include "gguf_writer.h"
@@ -343,9 +344,15 @@ static void test_copy_experts(void **state)
         }
         shexp[il] = L->gate_shexp.data;
     }
+    tdm_budget_inputs plan0, plan1;
+    assert_int_equal(tdm_budget_inputs_for(m, 64, 8, &plan0, &err), TDM_OK);
     size_t bytes = 0;
     assert_int_equal(tdm_model_copy_experts(m, &bytes, &err), TDM_OK);
     assert_int_equal(bytes, want);
+    /* the VRAM ledger still tells the experts from the weights it must upload */
+    assert_int_equal(tdm_budget_inputs_for(m, 64, 8, &plan1, &err), TDM_OK);
+    assert_int_equal(plan1.weight_bytes, plan0.weight_bytes);
+    assert_int_equal(plan1.max_slots, plan0.max_slots);
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const tdm_layer *L = tdm_model_layer(m, il);
         const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
