@@ -192,7 +192,7 @@ static void *worker_main(void *arg)
     }
 }
 
-static tdm_experts_desc layer_desc(const tdm_layer *L)
+tdm_experts_desc tdm_pool_layer_desc(const tdm_layer *L)
 {
     return (tdm_experts_desc){
         .gate = L->gate_exps.data, .up = L->up_exps.data, .down = L->down_exps.data,
@@ -213,7 +213,7 @@ static tdm_status run_job(tdm_pool *p, tdm_error *err)
     if (L->ffn != TDM_FFN_MOE || !L->gate_exps.data)
         return tdm_error_set(err, TDM_ERR_INVALID, "pool: layer %d has no routed experts", il);
     const int32_t *res = atomic_load_explicit(&p->residency, memory_order_acquire);
-    int32_t nm = 0;
+    int32_t nm = 0, skip = mb->direct > 0 ? mb->direct : 0;
     uint64_t bytes = 0;
     const uint64_t eb = L->gate_exps.mat_bytes + L->up_exps.mat_bytes + L->down_exps.mat_bytes;
     for (int32_t t = 0; t < n; t++)
@@ -222,7 +222,7 @@ static tdm_status run_job(tdm_pool *p, tdm_error *err)
             if (e < 0 || e >= E)
                 return tdm_error_set(err, TDM_ERR_INVALID, "pool: layer %d token %d: expert %d out of range",
                                      il, t, e);
-            if (res && res[(size_t)il * E + e] >= 0)
+            if ((res && res[(size_t)il * E + e] >= 0) || skip-- > 0)
                 continue;
             p->sel[nm++] = (tdm_expert_sel){t, e, mb->weights[(size_t)t * k + i]};
             if (!p->seen[e]) {
@@ -232,7 +232,7 @@ static tdm_status run_job(tdm_pool *p, tdm_error *err)
         }
     for (int32_t i = 0; i < nm; i++)
         p->seen[p->sel[i].expert] = 0;
-    tdm_experts_desc d = layer_desc(L);
+    tdm_experts_desc d = tdm_pool_layer_desc(L);
     tdm_status st = tdm_experts_run_team(&p->team, &d, mb->x, n, p->sel, nm, mb->out, false, p->ex, err);
     mb->n_miss = nm;
     p->st.misses += nm;

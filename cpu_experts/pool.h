@@ -51,9 +51,12 @@ typedef struct tdm_mailbox {
     int32_t *ids;                            /* [max_tok][k] top-k expert ids */
     float *weights;                          /* [max_tok][k] their weights */
     float *x;                                /* [max_tok][n_embd] routed activation (normed) */
+    int32_t direct;                          /* the first `direct` missed selections (in [t][i] order)
+                                              * are the device's own (it reads them from host memory,
+                                              * zero-copy); the pool computes the others */
     /* result, written before pool_seq is bumped */
     float *out;                              /* [max_tok][n_embd] sum over the missed experts */
-    int32_t n_miss;                          /* selections computed */
+    int32_t n_miss;                          /* selections the pool computed */
     tdm_status status;                       /* TDM_OK or the failure of the job */
     char msg[TDM_ERROR_MSG_MAX];
 } tdm_mailbox;
@@ -119,6 +122,10 @@ tdm_status tdm_pool_wait(tdm_pool *p, uint32_t seq, double *wait_ms, tdm_error *
  * page-locked staging this way (forward_gpu.h); the pool's threads are idle
  * then. */
 tdm_status tdm_pool_copy(tdm_pool *p, const tdm_copy_piece *pieces, int n, tdm_error *err);
+
+/* The routed experts of layer L as the model holds them (file mapping or
+ * tdm_model_copy_experts' copy): what the pool multiplies. */
+tdm_experts_desc tdm_pool_layer_desc(const tdm_layer *L);
 
 /* Valid after tdm_pool_wait returned (the counters are the driver's). */
 void tdm_pool_get_stats(const tdm_pool *p, tdm_pool_stats *out);

@@ -1,6 +1,7 @@
 /* Helpers shared by the CLI commands and tools (engine/cli.h). */
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -108,12 +109,43 @@ bool tdm_cli_parse_double(const char *s, double lo, double hi, double *out)
     return true;
 }
 
-bool tdm_cli_parse_expert_memory(const char *s, bool *copy)
+bool tdm_cli_parse_expert_memory(const char *s, tdm_expert_memory *out)
 {
-    if (!s || (strcmp(s, "map") && strcmp(s, "copy")))
-        return false;
-    *copy = !strcmp(s, "copy");
-    return true;
+    static const char *const names[] = {"auto", "map", "copy"};
+    for (int i = 0; s && i < 3; i++)
+        if (!strcmp(s, names[i])) {
+            *out = (tdm_expert_memory)i;
+            return true;
+        }
+    return false;
+}
+
+tdm_status tdm_cli_place_experts(tdm_model *m, tdm_expert_memory mem, bool cpu_reads, bool direct, tdm_error *err)
+{
+    const bool want = cpu_reads && (mem == TDM_EXPERT_MEMORY_COPY || (mem == TDM_EXPERT_MEMORY_AUTO && direct));
+    if (!want)
+        return TDM_OK;
+    size_t bytes = 0;
+    tdm_error e = {0};
+    const tdm_status st = tdm_model_copy_experts(m, &bytes, &e);
+    if (st && mem == TDM_EXPERT_MEMORY_AUTO && st == TDM_ERR_OOM) {
+        fprintf(stderr, "note: experts stay in the file mapping, so the GPU reads no missed expert itself (%s)\n",
+                e.msg);
+        return TDM_OK;
+    }
+    if (st)
+        return tdm_error_set(err, st, "%s", e.msg);
+    fprintf(stderr, "experts: %.2f GiB copied into huge-page memory\n", (double)bytes / (1 << 30));
+    return TDM_OK;
+}
+
+bool tdm_cli_parse_zero_copy(const char *s, int32_t *out)
+{
+    if (s && !strcmp(s, "auto")) {
+        *out = -1;
+        return true;
+    }
+    return tdm_cli_parse_i32(s, 0, 4096, out);
 }
 
 bool tdm_cli_parse_float(const char *s, double lo, double hi, float *out)

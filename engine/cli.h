@@ -8,6 +8,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "model.h"
+#include "status.h"
+
 typedef struct tdm_cli_command {
     const char *name;
     int (*run)(int argc, char **argv); /* argv[0] is the command name */
@@ -30,8 +33,25 @@ bool tdm_cli_parse_long(const char *s, long lo, long hi, long *out);
 bool tdm_cli_parse_i32(const char *s, long lo, long hi, int32_t *out);
 bool tdm_cli_parse_double(const char *s, double lo, double hi, double *out);
 bool tdm_cli_parse_float(const char *s, double lo, double hi, float *out);
-/* --expert-memory: "map" (*copy false) or "copy" (true); false for anything else. */
-bool tdm_cli_parse_expert_memory(const char *s, bool *copy);
+/* --expert-memory: where the CPU reads the routed experts (model.h
+ * tdm_model_copy_experts). auto: the copy when a hybrid GPU run takes a
+ * direct share (the GPU reads misses from pinned host memory, which only
+ * the copy can be quickly), the file mapping otherwise. */
+typedef enum tdm_expert_memory {
+    TDM_EXPERT_MEMORY_AUTO,
+    TDM_EXPERT_MEMORY_MAP,
+    TDM_EXPERT_MEMORY_COPY,
+} tdm_expert_memory;
+/* "auto", "map" or "copy"; false for anything else. */
+bool tdm_cli_parse_expert_memory(const char *s, tdm_expert_memory *out);
+/* Copies the experts when `mem` asks for it: copy whenever the CPU reads
+ * experts (cpu_reads), auto when it does and the run takes a direct share
+ * (direct). An auto copy that memory does not allow leaves the mapping
+ * (a note on stderr); an asked-for one fails. */
+tdm_status tdm_cli_place_experts(tdm_model *m, tdm_expert_memory mem, bool cpu_reads, bool direct, tdm_error *err);
+
+/* --zero-copy: "auto" (-1) or a count 0..4096 of misses per MoE launch. */
+bool tdm_cli_parse_zero_copy(const char *s, int32_t *out);
 
 /* Parses sizes like "12G", "512M", "1.5G", "1024" (bytes). false on bad input. */
 bool tdm_cli_parse_size(const char *s, uint64_t *out);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "bench_bound.h"
+#include "cli.h"
 #include "model.h"
 #include "projection.h"
 #include "session.h"
@@ -38,10 +39,11 @@ typedef struct bench_opts {
     bool fill_given;                /* --fill (else the default fill) */
     int32_t adapt_every;
     int32_t stream_min;             /* --stream-min (cli_gen_opts) */
+    int32_t zero_copy;              /* --zero-copy (cli_gen_opts); -1: auto */
     double membw, efficiency, zipf; /* zipf < 0: the projection default */
     double vram_eff;                /* 0: the default of the mode */
     bool plot, measure, validate;
-    bool expert_copy;               /* --expert-memory copy */
+    tdm_expert_memory expert_memory; /* --expert-memory (cli.h) */
     size_t probe_bytes;
     tdm_device device;
 } bench_opts;

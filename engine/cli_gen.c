@@ -36,6 +36,7 @@ void cli_gen_opts_init(cli_gen_opts *o)
     o->cache_experts = -1;
     o->policy = -1;
     o->adapt_swaps = -1;
+    o->zero_copy = -1;
 }
 
 /* --gpu-mem: a size with its unit (12G, 11500M), or a bare number of GiB as
@@ -72,9 +73,11 @@ bool cli_gen_cache_option(const char *a, const char *v, cli_gen_opts *o, bool *o
     else if (!strcmp(a, "--profile-save"))
         *ok = true, o->profile_save = v;
     else if (!strcmp(a, "--expert-memory"))
-        *ok = tdm_cli_parse_expert_memory(v, &o->expert_copy);
+        *ok = tdm_cli_parse_expert_memory(v, &o->expert_memory);
     else if (!strcmp(a, "--stream-min"))
         *ok = tdm_cli_parse_long(v, 0, 1 << 24, &l), o->stream_min = l ? (int32_t)l : -1;
+    else if (!strcmp(a, "--zero-copy"))
+        *ok = tdm_cli_parse_zero_copy(v, &o->zero_copy);
     else
         return false;
     if (!v)
@@ -177,6 +180,7 @@ void cli_gen_executor_params(const cli_gen_opts *o, const cli_gen_ctx *c, tdm_ex
     p->adapt_swaps = o->adapt_swaps;
     p->adapt_decay = o->adapt_decay;
     p->stream_min = o->stream_min;
+    p->direct = o->zero_copy;
     p->per_layer = o->policy == TDM_CACHE_ADAPTIVE && !c->prof;
     p->learn = c->learn;
 }
@@ -232,13 +236,11 @@ static tdm_status open_session(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error 
         return tdm_error_set(err, TDM_ERR_UNSUPPORTED,
                              "the expert cache options need a GPU (none is visible): use --hybrid-emulate");
     const bool hybrid = o->emulate || (dev == TDM_DEVICE_CUDA && wants_hybrid(o, c));
-    if (o->expert_copy && (hybrid || dev == TDM_DEVICE_CPU)) { /* the CPU reads the experts */
-        size_t bytes = 0;
-        const tdm_status cs = tdm_model_copy_experts(c->model, &bytes, err);
-        if (cs)
-            return cs;
-        fprintf(stderr, "experts: %.2f GiB copied into huge-page memory\n", (double)bytes / (1 << 30));
-    }
+    /* the CPU reads the experts in a hybrid or CPU run; the GPU takes a direct share on a real GPU */
+    const tdm_status cs = tdm_cli_place_experts(c->model, o->expert_memory, hybrid || dev == TDM_DEVICE_CPU,
+                                                hybrid && !o->emulate && o->zero_copy != 0, err);
+    if (cs)
+        return cs;
     if (!hybrid)
         return tdm_session_new_device(c->model, o->ctx, dev, &c->sess, err);
     tdm_status st = tdm_topology_load(&c->topo, err);

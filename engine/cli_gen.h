@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "chat.h"
+#include "cli.h"
 #include "executor.h"
 #include "model.h"
 #include "sampler.h"
@@ -37,10 +38,11 @@ typedef struct cli_gen_opts {
     int32_t adapt_swaps;    /* --adapt-swaps N; -1: the policy default */
     float adapt_decay;      /* --adapt-decay F; 0: the policy default */
     int32_t stream_min;     /* --stream-min N; 0: the default, -1 (--stream-min 0): never */
+    int32_t zero_copy;      /* --zero-copy N|auto: the direct share (executor.h); -1: auto */
     const char *profile_save; /* --profile-save FILE: the run's routing (+ --profile's counts) */
     bool stats;             /* --stats: the executor's line on stderr at the end */
     bool emulate;           /* --hybrid-emulate */
-    bool expert_copy;       /* --expert-memory copy (tdm_model_copy_experts) */
+    tdm_expert_memory expert_memory; /* --expert-memory auto|map|copy (cli.h) */
 } cli_gen_opts;
 
 /* Usage lines of the options above shared by every generation command
@@ -62,8 +64,13 @@ typedef struct cli_gen_opts {
     "  --stream-min N    GPU prompt batches of >= N tokens (default 64; 0: never) send the experts\n" \
     "                    the cache lacks to the GPU in chunks and compute them there, instead of\n" \
     "                    the CPU pool computing every miss of the batch\n" \
+    "  --zero-copy N     hybrid decode: the GPU itself reads up to N missed experts per layer from\n" \
+    "                    host memory over PCIe (the pool computes the others); auto (default)\n" \
+    "                    tunes N on the measured step time every 4 tokens; 0: off; needs the\n" \
+    "                    experts in pinned memory: --expert-memory copy (auto picks it)\n" \
     "  --threads N       also the CPU pool's threads (default: physical cores - 1)\n" \
-    "  --expert-memory M map: the CPU reads expert weights in place from the file mapping (default);\n" \
+    "  --expert-memory M auto (default): copy when the GPU reads misses itself (--zero-copy), else map;\n" \
+    "                    map: the CPU reads expert weights in place from the file mapping;\n" \
     "                    copy: copies them once into huge-page memory (local NUMA node, or\n" \
     "                    interleaved over several) for the CPU pool / CPU forward\n" \
     "  --stats           print the executor's line (hit rate, GPU/pool/wait ms, pool GB/s) at the end\n" \

@@ -16,6 +16,10 @@ struct tdm_executor {
     int32_t max_batch, k, first_moe, last_moe;
     tdm_experts_scratch *ex;  /* device side (hits) */
     tdm_expert_sel *hit;      /* [max_batch * k] (token, slot, weight) */
+    tdm_expert_sel *dir;      /* [max_batch * k] (token, expert, weight): emulated direct share */
+    int32_t direct_mode;      /* params.direct */
+    int32_t direct_q;         /* the share of the next step */
+    tdm_direct_tuner tuner;   /* params.direct -1 on a GPU */
     int32_t *log;             /* [n_layer][max_batch][k] routing of the pass, for the policy */
     uint8_t *logged;          /* [n_layer] */
     int32_t log_n;            /* tokens of the logged pass */
@@ -40,6 +44,7 @@ void tdm_executor_params_init(tdm_executor_params *p)
     p->max_batch = 512;
     p->policy = -1;
     p->adapt_swaps = -1;
+    p->direct = -1;
 }
 
 static tdm_status make_cache(tdm_executor *x, const tdm_executor_params *p, tdm_error *err)
@@ -73,9 +78,10 @@ tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, td
 {
     *out = NULL;
     const tdm_hparams *hp = tdm_model_hparams(m);
-    if (p->max_batch < 1 || p->n_ctx < 1 || p->dev_threads < 0 || p->n_threads < 0)
-        return tdm_error_set(err, TDM_ERR_INVALID, "executor: bad parameters (max_batch %d, n_ctx %d, threads %d/%d)",
-                             p->max_batch, p->n_ctx, p->n_threads, p->dev_threads);
+    if (p->max_batch < 1 || p->n_ctx < 1 || p->dev_threads < 0 || p->n_threads < 0 || p->direct < -1)
+        return tdm_error_set(err, TDM_ERR_INVALID,
+                             "executor: bad parameters (max_batch %d, n_ctx %d, threads %d/%d, direct %d)",
+                             p->max_batch, p->n_ctx, p->n_threads, p->dev_threads, p->direct);
     if (hp->n_expert < 1 || hp->n_expert_used < 1 || hp->n_expert_used > 64)
         return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "executor: the model has %d experts, %d used (need 1..64 used)",
                              hp->n_expert, hp->n_expert_used);
@@ -89,6 +95,9 @@ tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, td
     x->max_batch = p->max_batch;
     x->k = hp->n_expert_used;
     x->first_moe = -1;
+    x->direct_mode = p->direct;
+    tdm_direct_tuner_init(&x->tuner, hp->n_expert_used);
+    x->direct_q = p->direct > 0 ? p->direct : p->direct < 0 ? x->tuner.q : 0;
     int64_t max_ff = 1;
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const tdm_layer *L = tdm_model_layer(m, il);
@@ -100,16 +109,19 @@ tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, td
     }
     const size_t nk = (size_t)p->max_batch * (size_t)x->k;
     x->hit = malloc(nk * sizeof *x->hit);
+    x->dir = malloc(nk * sizeof *x->dir);
     x->log = malloc((size_t)hp->n_layer * nk * sizeof *x->log);
     x->logged = calloc((size_t)hp->n_layer, 1);
     tdm_status st = TDM_OK;
-    if (!x->hit || !x->log || !x->logged)
+    if (!x->hit || !x->dir || !x->log || !x->logged)
         st = tdm_error_set(err, TDM_ERR_OOM, "executor: out of memory");
     if (!st)
         st = make_cache(x, p, err);
     if (!st) {
+        /* experts named by slot (hits) or by id (the emulated direct share) */
         int32_t ns = tdm_expert_cache_n_slots(x->cache);
-        st = tdm_experts_scratch_new(hp->n_embd, max_ff, p->max_batch, (int32_t)nk, ns > 0 ? ns : 1, &x->ex, err);
+        ns = ns > hp->n_expert ? ns : hp->n_expert;
+        st = tdm_experts_scratch_new(hp->n_embd, max_ff, p->max_batch, (int32_t)nk, ns, &x->ex, err);
     }
     if (!st) {
         tdm_pool_params pp = {.model = m, .topo = p->topo, .n_threads = p->n_threads, .max_tok = p->max_batch,
@@ -133,6 +145,7 @@ void tdm_executor_free(tdm_executor *x)
     tdm_expert_cache_free(x->cache);
     tdm_experts_scratch_free(x->ex);
     free(x->hit);
+    free(x->dir);
     free(x->log);
     free(x->logged);
     free(x);
@@ -161,20 +174,35 @@ tdm_status tdm_executor_flush(tdm_executor *x, tdm_error *err)
     return st;
 }
 
-/* The emulated device side: the hits from the arena on its own small team. */
-static tdm_status device_hits(tdm_executor *x, int32_t layer, const float *in, int32_t n, int32_t nh, float *out,
-                              tdm_error *err)
+/* The emulated device side on its own small team: the hits from the arena,
+ * then the direct share from the model's own copy of the experts. */
+static tdm_status device_side(tdm_executor *x, int32_t layer, const float *in, int32_t n, int32_t nh, int32_t nd,
+                              float *out, tdm_error *err)
 {
-    if (nh == 0) {
+    if (nh == 0)
         memset(out, 0, (size_t)n * (size_t)x->hp->n_embd * sizeof(float));
+    if (nh == 0 && nd == 0)
         return TDM_OK;
-    }
-    tdm_experts_desc d = tdm_expert_cache_desc(x->cache, layer);
     const int saved = omp_get_max_threads();
     omp_set_num_threads(x->dev_threads);
-    tdm_status st = tdm_experts_run(&d, in, n, x->hit, nh, out, false, x->ex, err);
+    tdm_status st = TDM_OK;
+    if (nh) {
+        tdm_experts_desc d = tdm_expert_cache_desc(x->cache, layer);
+        st = tdm_experts_run(&d, in, n, x->hit, nh, out, false, x->ex, err);
+    }
+    if (!st && nd) {
+        tdm_experts_desc d = tdm_pool_layer_desc(tdm_model_layer(x->m, layer));
+        st = tdm_experts_run(&d, in, n, x->dir, nd, out, true, x->ex, err);
+    }
     omp_set_num_threads(saved);
     return st;
+}
+
+/* Expert weight bytes of one selection of layer il. */
+static uint64_t expert_bytes(const tdm_executor *x, int32_t il)
+{
+    const tdm_layer *L = tdm_model_layer(x->m, il);
+    return (uint64_t)(L->gate_exps.mat_bytes + L->up_exps.mat_bytes + L->down_exps.mat_bytes);
 }
 
 /* Counts one layer's resolved selections and logs its routing for the policy. */
@@ -207,7 +235,8 @@ tdm_status tdm_executor_moe(void *user, int32_t layer, const float *in, int32_t 
     }
     const int32_t *res = tdm_expert_cache_residency(x->cache);
     const bool any_slot = tdm_expert_cache_n_slots(x->cache) > 0;
-    int32_t nh = 0, nm = 0;
+    const int32_t q = x->direct_mode > 0 ? x->direct_mode : 0; /* the emulation takes a fixed share only */
+    int32_t nh = 0, nm = 0, nd = 0;
     for (int32_t i = 0; i < n * k; i++) {
         const int32_t e = ids[i];
         if (e < 0 || e >= E)
@@ -215,15 +244,17 @@ tdm_status tdm_executor_moe(void *user, int32_t layer, const float *in, int32_t 
         const int32_t slot = any_slot ? res[(size_t)layer * E + e] : -1;
         if (slot >= 0)
             x->hit[nh++] = (tdm_expert_sel){i / k, slot, weights[i]};
-        else
-            nm++;
+        else if (nm++ < q)
+            x->dir[nd++] = (tdm_expert_sel){i / k, e, weights[i]};
     }
     uint32_t seq = 0;
     tdm_mailbox *mb = tdm_pool_mailbox(x->pool);
     const size_t xb = (size_t)n * (size_t)hp->n_embd * sizeof(float);
-    if (nm) { /* what the GPU's publish kernel writes to mapped memory */
+    const bool publish = nm > nd;
+    if (publish) { /* what the GPU's publish kernel writes to mapped memory */
         mb->layer = layer;
         mb->n_tok = n;
+        mb->direct = nd;
         memcpy(mb->ids, ids, (size_t)n * k * sizeof *ids);
         memcpy(mb->weights, weights, (size_t)n * k * sizeof *weights);
         memcpy(mb->x, in, xb);
@@ -231,9 +262,11 @@ tdm_status tdm_executor_moe(void *user, int32_t layer, const float *in, int32_t 
         x->st.pool_wakes++;
     }
     const double t0 = now_ms();
-    st = device_hits(x, layer, in, n, nh, out, err);
+    st = device_side(x, layer, in, n, nh, nd, out, err);
     x->st.dev_ms += now_ms() - t0;
-    if (nm) { /* wait even after a device error: the pool still owns the mailbox */
+    x->st.direct += nd;
+    x->st.direct_bytes += (uint64_t)nd * expert_bytes(x, layer);
+    if (publish) { /* wait even after a device error: the pool still owns the mailbox */
         tdm_error perr = {0};
         tdm_status pst = tdm_pool_wait(x->pool, seq, &x->st.wait_ms, &perr);
         if (!st && pst)
@@ -260,8 +293,32 @@ tdm_status tdm_executor_gpu_begin(tdm_executor *x, uint64_t *version, tdm_error 
     return st;
 }
 
+void tdm_direct_tuner_init(tdm_direct_tuner *t, int32_t k)
+{
+    *t = (tdm_direct_tuner){.q = k / 2, .q_max = k, .dir = 1};
+}
+
+int32_t tdm_direct_tuner_step(tdm_direct_tuner *t, double ms_per_token)
+{
+    t->sum += ms_per_token;
+    if (++t->n < TDM_DIRECT_WINDOW)
+        return t->q;
+    const double mean = t->sum / t->n;
+    if (t->prev > 0 && mean > t->prev)
+        t->dir = -t->dir; /* slower than before the last move: back */
+    if ((t->dir < 0 && t->q == 0) || (t->dir > 0 && t->q == t->q_max))
+        t->dir = -t->dir;
+    t->q += t->dir;
+    t->prev = mean;
+    t->n = 0;
+    t->sum = 0;
+    return t->q;
+}
+
+int32_t tdm_executor_direct_quota(const tdm_executor *x) { return x->direct_q; }
+
 tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t layer_stride, int32_t n, double dev_ms,
-                                double wait_ms, tdm_error *err)
+                                double wait_ms, int32_t direct, tdm_error *err)
 {
     const tdm_hparams *hp = x->hp;
     const int32_t E = hp->n_expert, k = x->k;
@@ -272,6 +329,7 @@ tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t laye
         return st;
     const int32_t *res = tdm_expert_cache_residency(x->cache);
     const bool any_slot = tdm_expert_cache_n_slots(x->cache) > 0;
+    int64_t step_misses = 0;
     for (int32_t il = x->first_moe; il >= 0 && il <= x->last_moe; il++) {
         const tdm_layer *L = tdm_model_layer(x->m, il);
         if (L->ffn != TDM_FFN_MOE || !L->gate_exps.data)
@@ -283,11 +341,17 @@ tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t laye
                 return tdm_error_set(err, TDM_ERR_INVALID, "executor: layer %d: expert id %d out of range", il, li[i]);
             nh += any_slot && res[(size_t)il * E + li[i]] >= 0;
         }
-        log_layer(x, il, li, n, nh, (int64_t)n * k - nh);
+        const int64_t nm = (int64_t)n * k - nh, nd = direct > 0 ? (nm < direct ? nm : direct) : 0;
+        step_misses += nm;
+        x->st.direct += nd;
+        x->st.direct_bytes += (uint64_t)nd * expert_bytes(x, il);
+        log_layer(x, il, li, n, nh, nm);
     }
     x->st.tokens += n;
     x->st.dev_ms += dev_ms;
     x->st.wait_ms += wait_ms;
+    if (x->direct_mode < 0 && direct >= 0 && step_misses > 0)
+        x->direct_q = tdm_direct_tuner_step(&x->tuner, dev_ms / n);
     return tdm_executor_flush(x, err);
 }
 
@@ -311,6 +375,7 @@ void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out)
     out->n_slots = tdm_expert_cache_n_slots(x->cache);
     out->slot_bytes = tdm_expert_cache_slot_bytes(x->cache);
     out->pool_threads = tdm_pool_threads(x->pool);
+    out->direct_quota = x->gpu || x->direct_mode > 0 ? x->direct_q : 0; /* the emulation adapts none */
     if (x->gpu)
         out->pool_wakes = ps.jobs;
 }
@@ -320,18 +385,22 @@ void tdm_executor_format_stats(const tdm_executor *x, char *buf, size_t cap)
     tdm_executor_stats s;
     tdm_executor_get_stats(x, &s);
     const double nt = s.tokens > 0 ? (double)s.tokens : 1.0, sel = (double)(s.hits + s.misses);
-    char stream[96];
+    char stream[96], direct[128] = "";
     snprintf(stream, sizeof stream, " | prompt streaming: %lld layer calls, %.2f MB sent", (long long)s.streamed_layers,
              (double)s.stream_bytes / 1e6);
+    if (s.direct || x->direct_mode > 0 || (x->gpu && x->direct_mode < 0))
+        snprintf(direct, sizeof direct, " | direct %lld misses (%.1f%%), %.2f MB/token, share %d%s",
+                 (long long)s.direct, s.misses > 0 ? 100.0 * (double)s.direct / (double)s.misses : 0.0,
+                 (double)s.direct_bytes / 1e6 / nt, s.direct_quota, x->direct_mode < 0 ? " (adapted)" : "");
     snprintf(buf, cap,
              "hybrid (%s): %d slots x %.2f MiB | hit rate %.1f%% (%lld/%lld) | pool %d threads, woken %lld/%lld "
              "layers, %.3f ms/token, %.2f MB/token, %.2f GB/s | wait %.3f ms/token | device %.3f ms/token | "
-             "swaps %lld (%.2f MB moved)%s",
+             "swaps %lld (%.2f MB moved)%s%s",
              x->gpu ? "GPU" : "emulated", s.n_slots, (double)s.slot_bytes / 1048576.0, sel > 0 ? 100.0 * (double)s.hits / sel : 0.0,
              (long long)s.hits, (long long)(s.hits + s.misses), s.pool_threads, (long long)s.pool_wakes,
              (long long)s.layers, s.pool_ms / nt, (double)s.pool_bytes / 1e6 / nt,
              s.pool_ms > 0 ? (double)s.pool_bytes / 1e6 / s.pool_ms : 0.0, s.wait_ms / nt, s.dev_ms / nt,
-             (long long)s.swaps, (double)s.bytes_moved / 1e6, x->gpu ? stream : "");
+             (long long)s.swaps, (double)s.bytes_moved / 1e6, direct, x->gpu ? stream : "");
 }
 
 tdm_expert_cache *tdm_executor_cache(tdm_executor *x) { return x->cache; }

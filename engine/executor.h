@@ -53,6 +53,10 @@ typedef struct tdm_executor_params {
     int32_t stream_min;           /* GPU prompt batches of at least this many tokens stream the experts the
                                    * cache lacks to the GPU instead of the pool computing them
                                    * (forward_gpu.h); 0: TDM_STREAM_MIN_DEFAULT, -1: never */
+    int32_t direct;               /* the direct share: misses per MoE launch the device reads itself from
+                                   * host memory (zero-copy, gpu.h tdm_gpu_direct_experts) while the pool
+                                   * computes the rest; -1: adapted after every GPU step (the emulation
+                                   * then takes none), 0: none, N: N (the emulation too) */
     const tdm_expert_device *dev; /* NULL: host memory */
     /* The pool's mailbox memory (pool.h); NULL: the C heap. The GPU passes
      * mapped page-locked memory. */
@@ -65,6 +69,9 @@ typedef struct tdm_executor_stats {
     int64_t tokens;               /* token positions through the first MoE layer */
     int64_t layers;               /* MoE layer calls */
     int64_t hits, misses;         /* selections */
+    int64_t direct;               /* misses the device read from host memory (the direct share) */
+    uint64_t direct_bytes;        /* expert weight bytes it read that way */
+    int32_t direct_quota;         /* the share now (-1 in params: adapted) */
     int64_t pool_wakes;           /* layer calls published to the pool */
     double pool_ms, wait_ms, dev_ms; /* pool compute; device waiting for the pool; device time (emulation:
                                         the hit compute; GPU: the whole steps) */
@@ -105,9 +112,31 @@ void tdm_executor_gpu_streamed(tdm_executor *x, int64_t layers, uint64_t bytes);
 /* After a step of n tokens: ids [n_layer] slabs layer_stride ints apart, each
  * [n][k] (only MoE layers are read). Counts hits and misses against the
  * table the step ran with, feeds the policy, starts its slot copies. dev_ms:
- * the step's GPU time; wait_ms: the GPU's time waiting for the pool. */
+ * the step's GPU time; wait_ms: the GPU's time waiting for the pool; direct:
+ * the direct share the step's launches ran with (-1: they read no host
+ * memory, e.g. a prompt batch); an adapted share takes its next value. */
 tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t layer_stride, int32_t n, double dev_ms,
-                                double wait_ms, tdm_error *err);
+                                double wait_ms, int32_t direct, tdm_error *err);
+/* The direct share for the next GPU step (0 when params.direct is 0). */
+int32_t tdm_executor_direct_quota(const tdm_executor *x);
+/* The adapting share (params.direct -1), on its own for tests: perturb and
+ * observe on the step time. The share starts at half of k; every
+ * TDM_DIRECT_WINDOW steps that had misses, their mean GPU time per token is
+ * compared with the previous window's: the share moves one further in the
+ * same direction when it got faster, turns round when it got slower (and at
+ * 0 or q_max), so it settles within one of the fastest share and follows a
+ * change of load. A window's time includes the wait for the pool, so it
+ * weighs both sides as they are, hand-off latency included. */
+enum { TDM_DIRECT_WINDOW = 4 };
+typedef struct tdm_direct_tuner {
+    int32_t q, q_max;  /* the share now, its largest value (k) */
+    int32_t dir;       /* +1 or -1: the next move */
+    int32_t n;         /* steps in the window */
+    double sum, prev;  /* their ms per token; the previous window's mean (0: none yet) */
+} tdm_direct_tuner;
+void tdm_direct_tuner_init(tdm_direct_tuner *t, int32_t k);
+/* Feeds one step (ms per token) and returns the share for the next. */
+int32_t tdm_direct_tuner_step(tdm_direct_tuner *t, double ms_per_token);
 
 void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out);
 /* One line for stderr: hit rate, pool/wait/device ms and pool GB/s per token. */

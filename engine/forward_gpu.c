@@ -41,6 +41,7 @@ typedef struct glayer {
     tdm_gpu_expert_table table; /* routed experts (or the dense FFN as one expert) */
     tdm_gpu_shared_expert shared;
     tdm_gpu_moe_layer moe;
+    tdm_gpu_direct_experts direct; /* hybrid: the routed experts in registered host memory */
     int32_t k;                  /* experts per token: n_expert_used, 1 for dense */
 } glayer;
 
@@ -102,6 +103,11 @@ struct tdm_forward_gpu {
     uint32_t hstate_host[TDM_GPU_HANDOFF_WORDS];
     tdm_gpu_handoff ho;
     int32_t *pass_ids;         /* host [n_layer][B][k] routing of the last batch */
+    /* the direct share: decode launches read the first `quota` misses of a
+     * layer from the model's expert memory, registered with the device
+     * (zero-copy); the pool computes the rest (executor.h params.direct) */
+    const void *reg_base;      /* host address registered, NULL: none (the share is off) */
+    int32_t quota_host;        /* the share in device state (TDM_GPU_HANDOFF_QUOTA) */
     tdm_budget budget;         /* the plan the cache was sized with */
 
     /* hybrid prompt streaming: a batch of >= stream_min tokens sends every
@@ -357,6 +363,8 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f)
         return;
     tdm_gpu_graph_free(f->graph);
     tdm_executor_free(f->ex); /* stops the pool; the arena and mailbox go back through f->g */
+    if (f->reg_base)
+        tdm_gpu_host_unregister(f->g, f->reg_base);
     tdm_gpu_slot_device_free(f->sdev);
     free(f->pass_ids);
     free(f->st_map_host);
@@ -467,9 +475,46 @@ static tdm_status plan_budget(tdm_forward_gpu *f, const tdm_executor_params *xp,
     return tdm_budget_plan(f->m, f->n_ctx, f->B, budget, &f->budget, err);
 }
 
+/* The direct share's memory: the span of every MoE layer's routed experts
+ * (one mapping: the file's, or tdm_model_copy_experts' copy) registered with
+ * the device; each layer's tdm_gpu_direct_experts points into it. */
+static tdm_status register_experts(tdm_forward_gpu *f, tdm_error *err)
+{
+    const uint8_t *lo = NULL, *hi = NULL;
+    for (int32_t il = 0; il < f->hp->n_layer; il++) {
+        const tdm_layer *L = tdm_model_layer(f->m, il);
+        if (L->ffn != TDM_FFN_MOE || !L->gate_exps.data)
+            continue;
+        const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int i = 0; i < 3; i++) {
+            const uint8_t *a = w[i]->data, *b = a + w[i]->mat_bytes * (size_t)w[i]->n_mat;
+            lo = !lo || a < lo ? a : lo;
+            hi = !hi || b > hi ? b : hi;
+        }
+    }
+    if (!lo)
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "no routed experts to register");
+    const void *dev;
+    TRY(tdm_gpu_host_register(f->g, lo, (size_t)(hi - lo), &dev, err));
+    f->reg_base = lo;
+    for (int32_t il = 0; il < f->hp->n_layer; il++) {
+        const tdm_layer *L = tdm_model_layer(f->m, il);
+        if (L->ffn != TDM_FFN_MOE || !L->gate_exps.data)
+            continue;
+#define DEV_OF(w) ((const uint8_t *)dev + ((const uint8_t *)(w).data - lo))
+        f->L[il].direct = (tdm_gpu_direct_experts){
+            DEV_OF(L->gate_exps), DEV_OF(L->up_exps), DEV_OF(L->down_exps), L->gate_exps.mat_bytes,
+            L->up_exps.mat_bytes, L->down_exps.mat_bytes, (const int32_t *)(f->hstate + TDM_GPU_HANDOFF_QUOTA)};
+#undef DEV_OF
+    }
+    return TDM_OK;
+}
+
 /* After every other allocation: the expert cache (slot arena, filled by the
- * policy), the pool with its mailbox in mapped memory, the residency mirror
- * and the hand-off descriptor. */
+ * policy), the pool with its mailbox in mapped memory, the residency mirror,
+ * the hand-off descriptor and, when some experts will miss, the direct
+ * share's registration (params.direct: N > 0 fails when the memory cannot be
+ * registered; -1 goes without the share then). */
 static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp, tdm_error *err)
 {
     const tdm_hparams *hp = f->hp;
@@ -495,6 +540,24 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     p.mem_alloc = mapped_alloc;
     p.mem_free = mapped_free;
     p.mem_ctx = f->g;
+    int64_t routed = 0;
+    for (int32_t il = 0; il < hp->n_layer; il++)
+        routed += tdm_model_layer(f->m, il)->ffn == TDM_FFN_MOE ? hp->n_expert : 0;
+    if (p.direct != 0 && p.n_slots < routed) {
+        /* only the copy: the driver pins a file mapping page by page (H200 host, kernel 6.18: 512 MiB
+         * still unfinished after 60 s) where the copy's huge pages take 0.04 s for 2 GiB */
+        tdm_error re = {0};
+        tdm_status rs = tdm_model_experts_copied(f->m)
+                            ? register_experts(f, &re)
+                            : tdm_error_set(&re, TDM_ERR_UNSUPPORTED, "the experts are in the file mapping, not "
+                                            "in tdm_model_copy_experts' copy (--expert-memory copy)");
+        if (rs && p.direct > 0)
+            return tdm_error_set(err, rs, "forward_gpu: the direct share (--zero-copy %d) needs the experts' memory "
+                                 "registered with the GPU: %s", p.direct, re.msg);
+        p.direct = rs ? 0 : p.direct;
+    } else {
+        p.direct = 0;
+    }
     TRY(tdm_gpu_slot_device_new(f->g, slot ? slot : 64, 4, &f->sdev, err));
     p.dev = f->sdev;
     TRY(tdm_executor_new(f->m, &p, &f->ex, err));
@@ -511,6 +574,8 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
                               .layer = &mb->layer, .n_tok = &mb->n_tok, .ids = mb->ids, .weights = mb->weights,
                               .x = mb->x, .out = mb->out, .max_tok = f->B, .k = hp->n_expert_used,
                               .n_embd = hp->n_embd, .slot_of = f->slot_of, .n_expert = hp->n_expert,
+                              .direct = &mb->direct,
+                              .quota = f->reg_base ? (const int32_t *)(f->hstate + TDM_GPU_HANDOFF_QUOTA) : NULL,
                               .state = f->hstate, .timeout_s = 30.0};
     f->pass_ids = malloc(cells > 0 ? (size_t)hp->n_layer * f->B * hp->n_expert_used * sizeof(int32_t) : 1);
     return f->pass_ids ? TDM_OK : tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: routing buffer");
@@ -860,10 +925,24 @@ static tdm_status stream_plan(tdm_forward_gpu *f, tdm_error *err)
 
 /* Layer il's routed experts: the fused kernels (or the grouped prompt path)
  * over the experts `table` holds, accumulated into f->x. */
+/* Whether a batch of n tokens runs its routed experts grouped by expert
+ * (the prompt path) for weights of type t, rather than the fused launches. */
+static bool moe_grouped(const tdm_forward_gpu *f, int32_t n, tdm_qtype t)
+{
+    return n > f->mm_min && f->moe_scratch && t != TDM_Q_F32;
+}
+
+/* Whether a hybrid batch of n tokens reads the direct share: fused launches,
+ * not streaming, registered memory. */
+static bool direct_batch(const tdm_forward_gpu *f, int32_t n)
+{
+    return f->reg_base && !f->streaming && (n <= f->mm_min || !f->moe_scratch);
+}
+
 static tdm_status moe_run(tdm_forward_gpu *f, const tdm_gpu_moe_layer *moe, const int32_t *ids, const float *wts,
                           int32_t n, int32_t k, tdm_error *err)
 {
-    if (n > f->mm_min && f->moe_scratch && moe->gate_type != TDM_Q_F32) /* prompt: grouped by expert */
+    if (moe_grouped(f, n, moe->gate_type)) /* prompt: grouped by expert */
         return tdm_gpu_moe_prefill(f->g, moe, f->xn, ids, wts, n, k, f->h, NULL, f->x, true, f->moe_scratch,
                                    f->moe_bytes, err);
     TRY(tdm_gpu_moe_gate_up(f->g, moe, f->xn, ids, n, k, f->h, err));
@@ -920,10 +999,13 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         TRY(tdm_gpu_router(f->g, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts, err));
         if (f->hook)
             TRY(route_hook(f, il, n, pos0, k, err));
-        /* hybrid: the misses go to the CPU pool now, the hits run meanwhile
-         * (or, streaming, the misses follow on the GPU) */
+        /* hybrid: the misses go to the CPU pool now (but the direct share),
+         * the hits run meanwhile (or, streaming, the misses follow on the GPU) */
+        const bool direct = f->ex && direct_batch(f, n);
+        if (direct)
+            moe.direct = &gl->direct;
         if (f->ex && !f->streaming)
-            TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, err));
+            TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, direct, err));
     }
     TRY(moe_run(f, &moe, ids, wts, n, k, err));
     if (!f->ex || L->ffn != TDM_FFN_MOE)
@@ -1001,12 +1083,18 @@ static tdm_status hybrid_begin(tdm_forward_gpu *f, tdm_error *err)
                            (size_t)hp->n_layer * (size_t)hp->n_expert * sizeof(int32_t), err));
         f->res_version = v;
     }
+    const int32_t q = tdm_executor_direct_quota(f->ex);
+    if (f->reg_base && q != f->quota_host) {
+        TRY(tdm_gpu_upload(f->g, f->hstate + TDM_GPU_HANDOFF_QUOTA, &q, sizeof q, err));
+        f->quota_host = q;
+    }
     return tdm_gpu_mark(f->g, 0, err);
 }
 
 /* Hybrid, after a step of n tokens (synchronises): its routing and the
- * hand-off counters go to the executor (statistics, cache policy). */
-static tdm_status hybrid_end(tdm_forward_gpu *f, int32_t n, tdm_error *err)
+ * hand-off counters go to the executor (statistics, cache policy, the
+ * direct share; direct: the step's launches read it). */
+static tdm_status hybrid_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_error *err)
 {
     if (!f->ex)
         return TDM_OK;
@@ -1028,7 +1116,8 @@ static tdm_status hybrid_end(tdm_forward_gpu *f, int32_t n, tdm_error *err)
     const uint64_t prev = f->hstate_host[TDM_GPU_HANDOFF_WAIT_LO] |
                           (uint64_t)f->hstate_host[TDM_GPU_HANDOFF_WAIT_HI] << 32;
     memcpy(f->hstate_host, hs, sizeof hs);
-    return tdm_executor_gpu_end(f->ex, f->pass_ids, (size_t)n * k, n, ms, (double)(wait - prev) * 1e-6, err);
+    return tdm_executor_gpu_end(f->ex, f->pass_ids, (size_t)n * k, n, ms, (double)(wait - prev) * 1e-6,
+                                direct ? f->quota_host : -1, err);
 }
 
 static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
@@ -1053,8 +1142,9 @@ static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t 
     }
     if (!st && f->streaming)
         tdm_executor_gpu_streamed(f->ex, f->st_moe_layers, f->st_bytes);
+    const bool direct = direct_batch(f, n);
     f->streaming = false;
-    return st ? st : hybrid_end(f, n, err);
+    return st ? st : hybrid_end(f, n, direct, err);
 }
 
 /* The decode step as one CUDA graph, recorded at the first decode and
@@ -1102,7 +1192,7 @@ tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32
         TRY(hybrid_begin(f, err));
         tdm_status st = TDM_OK;
         if (decode_graph(f, pos0, logits, &st, err))
-            return st ? st : hybrid_end(f, 1, err);
+            return st ? st : hybrid_end(f, 1, direct_batch(f, 1), err);
     }
     for (int32_t b0 = 0; b0 < n; b0 += f->B) {
         const int32_t nb = n - b0 < f->B ? n - b0 : f->B;

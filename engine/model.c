@@ -507,6 +507,8 @@ tdm_status tdm_model_copy_experts(tdm_model *m, size_t *bytes, tdm_error *err)
     return TDM_OK;
 }
 
+bool tdm_model_experts_copied(const tdm_model *m) { return m->experts != NULL; }
+
 void tdm_model_free(tdm_model *m)
 {
     if (!m)

@@ -156,6 +156,8 @@ void tdm_model_free(tdm_model *m);
  * the experts' bytes (copied now or before). TDM_ERR_OOM when the memory cannot be had or
  * MemAvailable would not cover it with 1 GiB to spare (the model stays as it was). */
 tdm_status tdm_model_copy_experts(tdm_model *m, size_t *bytes, tdm_error *err);
+/* Whether tdm_model_copy_experts has moved the routed experts to its copy. */
+bool tdm_model_experts_copied(const tdm_model *m);
 
 const tdm_hparams *tdm_model_hparams(const tdm_model *m);
 /* Layer il in 0..n_layer-1. */

@@ -59,6 +59,14 @@ void tdm_gpu_release(tdm_gpu *g, void *dptr);
 /* Page-locked host memory owned by g (for DMA and mapped hand-off buffers). */
 tdm_status tdm_gpu_alloc_host(tdm_gpu *g, size_t bytes, void **hptr, tdm_error *err);
 void tdm_gpu_release_host(tdm_gpu *g, void *hptr);
+/* Pins host memory owned by someone else (e.g. the model's expert mapping)
+ * so kernels read it over PCIe (zero-copy), read-only: [p, p + bytes)
+ * widened to whole pages. *dev: the device address of p. The caller must
+ * call tdm_gpu_host_unregister(g, p) before the memory goes away and before
+ * tdm_gpu_free. TDM_ERR_UNSUPPORTED when the device or the memory cannot be
+ * registered (e.g. a file mapping the driver refuses to pin). */
+tdm_status tdm_gpu_host_register(tdm_gpu *g, const void *p, size_t bytes, const void **dev, tdm_error *err);
+void tdm_gpu_host_unregister(tdm_gpu *g, const void *p);
 
 /* Synchronous copies on the compute stream (they wait for queued kernels). */
 tdm_status tdm_gpu_upload(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err);
@@ -278,12 +286,26 @@ typedef struct tdm_gpu_shared_expert {
     const float *gate_logit; /* device [ntok]: w_sg . m; its sigmoid scales the output; NULL = 1 */
 } tdm_gpu_shared_expert;
 
+/* A layer's routed experts in host memory the device can read (registered
+ * with tdm_gpu_host_register: zero-copy, over PCIe), for the misses the
+ * fused decode kernels take from the CPU: a selection whose expert has no
+ * slot is read from here when fewer than *quota selections before it (in
+ * [token][rank] order, over the launch) also have none; the rest are the
+ * CPU's (gpu_handoff.h tells the pool how many to skip). */
+typedef struct tdm_gpu_direct_experts {
+    const void *gate, *up, *down; /* device pointers of the [n_expert] matrices of each */
+    size_t gate_stride, up_stride, down_stride; /* bytes from one expert's matrix to the next */
+    const int32_t *quota;         /* device, one int32: the misses per launch read from here */
+} tdm_gpu_direct_experts;
+
 typedef struct tdm_gpu_moe_layer {
     const tdm_gpu_expert_table *table;
     int64_t layer;
     tdm_qtype gate_type, up_type, down_type;
     int64_t n_embd, n_ff;                 /* expert: gate/up [n_ff][n_embd], down [n_embd][n_ff] */
     const tdm_gpu_shared_expert *shared;  /* NULL when the layer has none */
+    const tdm_gpu_direct_experts *direct; /* NULL: the misses are all left to the CPU;
+                                           * read by tdm_gpu_moe_gate_up / _down only */
 } tdm_gpu_moe_layer;
 
 /* Row stride of h: max(n_ff, shared n_ff). h holds, per token, k routed rows

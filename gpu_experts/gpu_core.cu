@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu_common.cuh"
 
@@ -193,6 +194,52 @@ extern "C" void tdm_gpu_release_host(tdm_gpu *g, void *hptr)
 {
     if (g && hptr)
         untrack(g, hptr, true);
+}
+
+/* The page that holds p, and the bytes from there to cover [p, p + bytes). */
+static uintptr_t page_span(const void *p, size_t bytes, size_t *span)
+{
+    const uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p & ~(ps - 1);
+    *span = (((uintptr_t)p + bytes + ps - 1) & ~(ps - 1)) - lo;
+    return lo;
+}
+
+extern "C" tdm_status tdm_gpu_host_register(tdm_gpu *g, const void *p, size_t bytes, const void **dev,
+                                            tdm_error *err)
+{
+    *dev = NULL;
+    TDM_REQUIRE(err, p && bytes, "gpu host_register: empty range");
+    int ok = 0, ro = 0;
+    TDM_CU(err, cudaDeviceGetAttribute(&ok, cudaDevAttrHostRegisterSupported, g->device));
+    TDM_CU(err, cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, g->device));
+    if (!ok || !ro)
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED,
+                             "gpu host_register: device %d cannot map read-only host memory", g->device);
+    size_t span;
+    void *lo = (void *)page_span(p, bytes, &span);
+    cudaError_t e = cudaHostRegister(lo, span, cudaHostRegisterPortable | cudaHostRegisterMapped |
+                                                   cudaHostRegisterReadOnly);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "gpu host_register: %.2f GiB at %p: %s",
+                             (double)span / 1073741824.0, lo, cudaGetErrorString(e));
+    }
+    void *d = NULL;
+    e = cudaHostGetDevicePointer(&d, lo, 0);
+    if (e != cudaSuccess) {
+        (void)cudaHostUnregister(lo);
+        return tdm_gpu_cuda_fail(err, e, "cudaHostGetDevicePointer", __FILE__, __LINE__);
+    }
+    *dev = (const uint8_t *)d + ((uintptr_t)p - (uintptr_t)lo);
+    return TDM_OK;
+}
+
+extern "C" void tdm_gpu_host_unregister(tdm_gpu *g, const void *p)
+{
+    (void)g;
+    size_t span;
+    if (p && cudaHostUnregister((void *)page_span(p, 1, &span)) != cudaSuccess)
+        (void)cudaGetLastError();
 }
 
 extern "C" tdm_status tdm_gpu_upload(tdm_gpu *g, void *dst, const void *src, size_t bytes,

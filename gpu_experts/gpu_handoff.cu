@@ -9,26 +9,28 @@
 #define HANDOFF_THREADS 256
 #define HANDOFF_MAX_BLOCKS 64
 
-/* Whether any selection of the layer has no slot (an id out of range counts
+/* How many selections of the layer have no slot (an id out of range counts
  * as a miss, so the pool reports it). Every block evaluates it itself; the
- * block-wide OR keeps the hand-off kernels free of shared memory. */
-__device__ bool layer_misses(const tdm_gpu_handoff &h, int32_t layer, const int32_t *ids, int n)
+ * block-wide counts keep the hand-off kernels free of shared memory. */
+__device__ int layer_misses(const tdm_gpu_handoff &h, int32_t layer, const int32_t *ids, int n)
 {
     int miss = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const int32_t e = ids[i];
-        miss |= e < 0 || e >= h.n_expert || h.slot_of[(int64_t)layer * h.n_expert + e] < 0;
+    for (int i0 = 0; i0 < n; i0 += blockDim.x) {
+        const int i = i0 + threadIdx.x;
+        const int32_t e = i < n ? ids[i] : 0;
+        miss += __syncthreads_count(i < n && (e < 0 || e >= h.n_expert ||
+                                              h.slot_of[(int64_t)layer * h.n_expert + e] < 0));
     }
-    return __syncthreads_or(miss) != 0;
+    return miss;
 }
 
 __global__ void __launch_bounds__(HANDOFF_THREADS)
     publish_kernel(tdm_gpu_handoff h, int32_t layer, const float *__restrict__ x, const int32_t *__restrict__ ids,
-                   const float *__restrict__ w, int32_t ntok)
+                   const float *__restrict__ w, int32_t ntok, int direct)
 {
     tdm_pdl_enter();
-    const int nk = ntok * h.k;
-    if (!layer_misses(h, layer, ids, nk)) {
+    const int nk = ntok * h.k, quota = direct ? *h.quota : 0;
+    if (layer_misses(h, layer, ids, nk) <= (quota > 0 ? quota : 0)) { /* the GPU computes every selection */
         if (blockIdx.x == 0 && threadIdx.x == 0)
             h.state[TDM_GPU_HANDOFF_CUR] = 0;
         return;
@@ -45,6 +47,7 @@ __global__ void __launch_bounds__(HANDOFF_THREADS)
         if (threadIdx.x == 0) {
             *h.layer = layer;
             *h.n_tok = ntok;
+            *h.direct = quota > 0 ? quota : 0;
         }
     }
     /* The last block to finish its share bumps the job number, after every
@@ -112,7 +115,7 @@ __global__ void __launch_bounds__(HANDOFF_THREADS)
 static tdm_status check(const tdm_gpu_handoff *h, int32_t ntok, tdm_error *err)
 {
     TDM_REQUIRE(err, h && h->dev_seq && h->pool_seq && h->x && h->out && h->ids && h->weights && h->state &&
-                         h->slot_of && h->layer && h->n_tok,
+                         h->slot_of && h->layer && h->n_tok && h->direct,
                 "gpu handoff: incomplete descriptor");
     TDM_REQUIRE(err, ntok >= 1 && ntok <= h->max_tok, "gpu handoff: %d tokens (mailbox holds %d)", ntok,
                 h->max_tok);
@@ -128,14 +131,16 @@ static unsigned grid_for(int64_t n)
 }
 
 extern "C" tdm_status tdm_gpu_handoff_publish(tdm_gpu *g, const tdm_gpu_handoff *h, int32_t layer, const float *x,
-                                              const int32_t *ids, const float *weights, int32_t ntok, tdm_error *err)
+                                              const int32_t *ids, const float *weights, int32_t ntok, bool direct,
+                                              tdm_error *err)
 {
     tdm_status st = check(h, ntok, err);
     if (st)
         return st;
     TDM_REQUIRE(err, layer >= 0, "gpu handoff: layer %d", layer);
+    TDM_REQUIRE(err, !direct || h->quota, "gpu handoff: direct share without a quota");
     TDM_LAUNCH(err, g, publish_kernel, grid_for((int64_t)ntok * h->n_embd), HANDOFF_THREADS, 0, *h, layer, x, ids,
-               weights, ntok);
+               weights, ntok, direct ? 1 : 0);
     return TDM_OK;
 }
 

@@ -6,11 +6,13 @@
  * sum back, with no host thread involved:
  *
  *   publish  after the router: counts the selections whose expert has no slot
- *            (slot_of -1); if there is one, copies x, ids, weights, layer and
- *            the token count into the mailbox, fences (system scope) and
- *            stores the next job number into dev_seq. If every selection hits,
- *            it writes nothing and the pool is never woken.
- *   (the fused MoE kernels compute the hits meanwhile)
+ *            (slot_of -1); if there are more than the GPU reads itself from
+ *            host memory (the direct share: *quota of them, when the layer's
+ *            launch has direct experts, gpu.h), copies x, ids, weights, layer,
+ *            the token count and the share into the mailbox, fences (system
+ *            scope) and stores the next job number into dev_seq. Otherwise it
+ *            writes nothing and the pool is never woken.
+ *   (the fused MoE kernels compute the hits and the direct share meanwhile)
  *   merge    if the layer published a job: spins on pool_seq (volatile loads
  *            of mapped memory) until the pool reports that job, then adds the
  *            pool's out rows into y. A pool that does not answer within the
@@ -54,6 +56,7 @@ enum {
     TDM_GPU_HANDOFF_WAIT_HI = 3,
     TDM_GPU_HANDOFF_TIMEOUTS = 4, /* merges that gave up waiting */
     TDM_GPU_HANDOFF_ARRIVED = 5,  /* publish: blocks done (internal) */
+    TDM_GPU_HANDOFF_QUOTA = 6,    /* free for the caller: e.g. the direct share (int32) */
     TDM_GPU_HANDOFF_WORDS = 8
 };
 
@@ -62,6 +65,7 @@ typedef struct tdm_gpu_handoff {
     uint32_t *dev_seq;        /* GPU -> pool: job number published */
     const uint32_t *pool_seq; /* pool -> GPU: job number finished */
     int32_t *layer, *n_tok;   /* job header */
+    int32_t *direct;          /* job header: leading misses the GPU computes itself */
     int32_t *ids;             /* [max_tok][k] */
     float *weights;           /* [max_tok][k] */
     float *x;                 /* [max_tok][n_embd] */
@@ -71,14 +75,19 @@ typedef struct tdm_gpu_handoff {
     /* device memory */
     const int32_t *slot_of;   /* [n_layer][n_expert] slot or -1 */
     int64_t n_expert;
+    const int32_t *quota;     /* device, one int32: the direct share (tdm_gpu_direct_experts.quota);
+                               * NULL when no launch reads misses from host memory */
     uint32_t *state;          /* [TDM_GPU_HANDOFF_WORDS], zeroed before the first step */
     double timeout_s;         /* merge gives up after this long (e.g. 30) */
 } tdm_gpu_handoff;
 
 /* After the router of `layer`: x [ntok][n_embd] (the routed activation),
- * ids/weights [ntok][k] (device). ntok <= max_tok. */
+ * ids/weights [ntok][k] (device). ntok <= max_tok. direct: the layer's MoE
+ * launch reads the first *h->quota misses from host memory (the pool is
+ * told to skip them); false: the pool computes every miss. */
 tdm_status tdm_gpu_handoff_publish(tdm_gpu *g, const tdm_gpu_handoff *h, int32_t layer, const float *x,
-                                   const int32_t *ids, const float *weights, int32_t ntok, tdm_error *err);
+                                   const int32_t *ids, const float *weights, int32_t ntok, bool direct,
+                                   tdm_error *err);
 
 /* After the hit kernels: y[t] += out[t] for t < ntok once the pool has
  * finished the layer's job (nothing when the layer published none). */

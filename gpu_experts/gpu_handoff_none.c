@@ -9,9 +9,10 @@ static tdm_status no_cuda(tdm_error *err, const char *what)
 }
 
 tdm_status tdm_gpu_handoff_publish(tdm_gpu *g, const tdm_gpu_handoff *h, int32_t layer, const float *x,
-                                   const int32_t *ids, const float *weights, int32_t ntok, tdm_error *err)
+                                   const int32_t *ids, const float *weights, int32_t ntok, bool direct,
+                                   tdm_error *err)
 {
-    (void)g, (void)h, (void)layer, (void)x, (void)ids, (void)weights, (void)ntok;
+    (void)g, (void)h, (void)layer, (void)x, (void)ids, (void)weights, (void)ntok, (void)direct;
     return no_cuda(err, "gpu handoff");
 }
 

@@ -79,12 +79,35 @@ extern "C" tdm_status tdm_gpu_router(tdm_gpu *g, const float *logits, int64_t nt
     return TDM_OK;
 }
 
-__device__ __forceinline__ const uint8_t *expert_base(const moe_args &a, int32_t e)
+/* Whether expert id e of the layer has no slot (an id out of range has none). */
+__device__ __forceinline__ bool moe_missing(const moe_args &a, int32_t e)
 {
-    if (e < 0 || e >= a.n_expert)
+    return e < 0 || e >= a.n_expert || a.slot_of[e] < 0;
+}
+
+/* The gate, up and down matrices of selection sel (= token * k + rank):
+ * its slot's when resident; else the host copy when fewer than *quota
+ * selections before it miss too (zero-copy, gpu.h); else NULL (the CPU's). */
+__device__ const uint8_t *expert_mats(const moe_args &a, const int32_t *ids, int sel, const uint8_t **up,
+                                      const uint8_t **down)
+{
+    const int32_t e = ids[sel];
+    if (!moe_missing(a, e)) {
+        const uint8_t *b = a.arena + (int64_t)a.slot_of[e] * a.slot_bytes;
+        *up = b + a.up_off;
+        *down = b + a.down_off;
+        return b + a.gate_off;
+    }
+    if (!a.dir_gate || e < 0 || e >= a.n_expert)
         return NULL;
-    int32_t slot = a.slot_of[e];
-    return slot < 0 ? NULL : a.arena + (int64_t)slot * a.slot_bytes;
+    int before = 0;
+    for (int j = 0; j < sel; j++)
+        before += moe_missing(a, ids[j]);
+    if (before >= *a.dir_quota)
+        return NULL;
+    *up = a.dir_up + e * a.dir_up_stride;
+    *down = a.dir_down + e * a.dir_down_stride;
+    return a.dir_gate + e * a.dir_gate_stride;
 }
 
 /* Row pitch of the int8 activations: whole 128-byte swizzle groups. */
@@ -154,11 +177,10 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
     if (routed) {
         t = sel / k;
         rank = sel % k;
-        const uint8_t *base = expert_base(a, ids[sel]);
-        if (!base)
-            return; /* not resident: the CPU computes it (uniform over the block) */
-        gw = base + a.gate_off;
-        uw = base + a.up_off;
+        const uint8_t *dw;
+        gw = expert_mats(a, ids, sel, &uw, &dw);
+        if (!gw)
+            return; /* the CPU computes it (uniform over the block) */
         gtype = a.gate_type;
         utype = a.up_type;
         tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
@@ -264,8 +286,8 @@ __global__ void __launch_bounds__(DN_WARPS * 32, DN_BLOCKS_PER_SM)
     for (int r = threadIdx.x; r < nsel; r += blockDim.x) {
         const uint8_t *b;
         if (r < k) {
-            b = expert_base(a, ids[(int64_t)t * k + r]);
-            b = b ? b + a.down_off : NULL;
+            const uint8_t *up, *down;
+            b = expert_mats(a, ids, t * k + r, &up, &down) ? down : NULL;
             wt[r] = wts[(int64_t)t * k + r];
         } else {
             b = a.sh_down;
@@ -385,6 +407,17 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
         a->sh_n_ff = (int)sh->n_ff;
         a->sh_logit = sh->gate_logit;
         a->sh_down_i8 = moe_i8(sh->down_type);
+    }
+    const tdm_gpu_direct_experts *dx = L->direct;
+    if (dx) {
+        TDM_REQUIRE(err, dx->gate && dx->up && dx->down && dx->quota, "gpu moe: incomplete direct experts");
+        a->dir_gate = (const uint8_t *)dx->gate;
+        a->dir_up = (const uint8_t *)dx->up;
+        a->dir_down = (const uint8_t *)dx->down;
+        a->dir_gate_stride = (int64_t)dx->gate_stride;
+        a->dir_up_stride = (int64_t)dx->up_stride;
+        a->dir_down_stride = (int64_t)dx->down_stride;
+        a->dir_quota = dx->quota;
     }
     return TDM_OK;
 }

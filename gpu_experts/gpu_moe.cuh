@@ -12,8 +12,10 @@
  * unit) items of every resident selection and the gated shared expert,
  * reading the int8 copy of h straight from global memory (no per-block
  * quantisation, no barrier), then add `add` and the old y and write the row
- * once. An expert id outside 0..n_expert-1 counts as not resident. Any ntok
- * works; each down block serves one token.
+ * once. An expert id outside 0..n_expert-1 counts as not resident. A
+ * selection that is not resident is skipped, or read from host memory when
+ * the layer has direct experts and it is among the first *quota such
+ * selections (gpu.h). Any ntok works; each down block serves one token.
  */
 #ifndef TDM_GPU_MOE_CUH
 #define TDM_GPU_MOE_CUH
@@ -53,6 +55,10 @@ typedef struct moe_args {
     int64_t up_row_bytes;
     int64_t h_stride;
     int down_i8, sh_down_i8; /* the down weights take int8 h (gate_up writes its int8 copy) */
+    /* misses read from host memory (tdm_gpu_direct_experts); dir_gate NULL: none */
+    const uint8_t *dir_gate, *dir_up, *dir_down;
+    int64_t dir_gate_stride, dir_up_stride, dir_down_stride;
+    const int32_t *dir_quota;
 } moe_args;
 
 #endif

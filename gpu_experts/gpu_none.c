@@ -45,6 +45,16 @@ tdm_status tdm_gpu_alloc_host(tdm_gpu *g, size_t bytes, void **hptr, tdm_error *
 
 void tdm_gpu_release_host(tdm_gpu *g, void *hptr) { (void)g, (void)hptr; }
 
+tdm_status tdm_gpu_host_register(tdm_gpu *g, const void *p, size_t bytes, const void **dev, tdm_error *err)
+{
+    (void)g, (void)p, (void)bytes;
+    if (dev)
+        *dev = NULL;
+    return NO_CUDA(err, "gpu host_register");
+}
+
+void tdm_gpu_host_unregister(tdm_gpu *g, const void *p) { (void)g, (void)p; }
+
 tdm_status tdm_gpu_upload(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err)
 {
     (void)g, (void)dst, (void)src, (void)bytes;

@@ -1,7 +1,8 @@
 /* test_gpu_moe: the two fused MoE launches against a float64 host reference:
  * experts addressed through a residency table (layer x expert -> slot or -1)
  * into a slot arena, non-resident experts skipped (their h rows stay
- * poisoned, their contribution absent), shared expert with a sigmoid gate and
+ * poisoned, their contribution absent) or read from registered host memory
+ * (the direct share, a quota of misses), shared expert with a sigmoid gate and
  * its own types, the CPU partial sum `add`, accumulation into the residual,
  * real shapes (2048 x 512 and 2048 x 768) and mixed formats.
  *
@@ -91,6 +92,7 @@ typedef struct moe_case {
     double resident; /* fraction of experts given a slot */
     bool shared;
     tdm_qtype ut, sh_ut; /* up types when they differ from gate's (0: the same) */
+    int direct;          /* > 0: misses read from registered host memory, quota direct - 1 */
 } moe_case;
 
 static void run_moe_tile(const moe_case *c);
@@ -169,6 +171,32 @@ static void run_moe_tile(const moe_case *c)
         }
         lg[t] = 2.0f * rng_sym();
     }
+    /* which selections the launch computes: resident ones, and with direct
+     * experts the first quota misses in [t][i] order */
+    bool *taken = malloc(sizeof(bool) * ntok * k);
+    const int quota = c->direct - 1;
+    for (int64_t i = 0, before = 0; i < ntok * k; i++) {
+        const bool miss = slot_of[c->layer * E + ids[i]] < 0;
+        taken[i] = !miss || (c->direct > 0 && before < quota);
+        before += miss;
+    }
+    /* direct: every expert's matrices back to back per kind, in page-aligned
+     * host memory registered with the device (as the model's mapping) */
+    uint8_t *hostw = NULL;
+    tdm_gpu_direct_experts dir = {0};
+    if (c->direct > 0) {
+        size_t total = (gb + ub + db) * (size_t)E;
+        assert_int_equal(posix_memalign((void **)&hostw, 4096, total), 0);
+        for (int64_t e = 0; e < E; e++) {
+            memcpy(hostw + e * gb, ex[e].gate.q, gb);
+            memcpy(hostw + E * gb + e * ub, ex[e].up.q, ub);
+            memcpy(hostw + E * (gb + ub) + e * db, ex[e].down.q, db);
+        }
+        const void *dev = NULL;
+        GPU_OK(tdm_gpu_host_register(g_gpu, hostw, total, &dev, ERR));
+        dir = (tdm_gpu_direct_experts){dev, (const uint8_t *)dev + E * gb, (const uint8_t *)dev + E * (gb + ub),
+                                       gb, ub, db, dev_upload(&quota, sizeof quota)};
+    }
     float *y0 = malloc(sizeof(float) * ntok * D), *add = malloc(sizeof(float) * ntok * D);
     rand_floats(y0, ntok * D, 1.0f);
     rand_floats(add, ntok * D, 1.0f);
@@ -184,7 +212,7 @@ static void run_moe_tile(const moe_case *c)
                                       c->sh_gt, c->sh_ut ? c->sh_ut : c->sh_gt, c->sh_dt, c->sh_ff,
                                       dev_upload(lg, sizeof(float) * ntok)};
     tdm_gpu_moe_layer L = {&tab, c->layer, c->gt, c->ut ? c->ut : c->gt, c->dt, D, F,
-                           c->shared ? &dsh : NULL};
+                           c->shared ? &dsh : NULL, c->direct > 0 ? &dir : NULL};
     int64_t hs = tdm_gpu_moe_h_stride(&L), nsel = k + (c->shared ? 1 : 0);
     float *dx = dev_upload(x, sizeof(float) * ntok * D);
     float *dh = dev_poisoned(tdm_gpu_moe_h_bytes(hs, ntok * nsel) / sizeof(float)); /* floats and the int8 copy */
@@ -202,7 +230,7 @@ static void run_moe_tile(const moe_case *c)
     for (int64_t t = 0; t < ntok; t++)
         for (int64_t i = 0; i < nsel; i++) {
             const expert *xp = NULL;
-            if (i < k && slot_of[c->layer * E + ids[t * k + i]] >= 0)
+            if (i < k && taken[t * k + i])
                 xp = &ex[ids[t * k + i]];
             else if (i == k)
                 xp = &sh;
@@ -237,7 +265,7 @@ static void run_moe_tile(const moe_case *c)
     double *hq = calloc(ntok * nsel * hs, sizeof(double)); /* the h the down launch multiplies */
     for (int64_t t = 0; t < ntok; t++)
         for (int64_t i = 0; i < nsel; i++)
-            if (i == k || slot_of[c->layer * E + ids[t * k + i]] >= 0)
+            if (i == k || taken[t * k + i])
                 activations(i == k ? c->sh_dt : c->dt, h + (t * nsel + i) * hs, i == k ? c->sh_ff : F,
                             hq + (t * nsel + i) * hs);
     for (int64_t t = 0; t < ntok; t++)
@@ -247,7 +275,7 @@ static void run_moe_tile(const moe_case *c)
                 const mat *dm = NULL;
                 double wgt;
                 if (i < k) {
-                    if (slot_of[c->layer * E + ids[t * k + i]] < 0)
+                    if (!taken[t * k + i])
                         continue;
                     dm = &ex[ids[t * k + i]].down;
                     wgt = wts[t * k + i];
@@ -262,12 +290,18 @@ static void run_moe_tile(const moe_case *c)
             yref[t * D + r] = s;
             yb[t * D + r] = 1e-5 * a + 1e-12;
         }
-    snprintf(what, sizeof what, "moe down (+add, accumulate, %lld of %lld resident)",
-             (long long)n_slots, (long long)E);
+    snprintf(what, sizeof what, "moe down (+add, accumulate, %lld of %lld resident, direct quota %d)",
+             (long long)n_slots, (long long)E, quota);
     check_close(what, y, yref, yb, ntok * D, 0, 0);
 
     free(h), free(y), free(href), free(hb), free(hcmp), free(yref), free(yb);
     free(xg), free(xu), free(hq);
+    if (hostw) {
+        tdm_gpu_host_unregister(g_gpu, hostw);
+        dev_free((void *)dir.quota);
+        free(hostw);
+    }
+    free(taken);
     free(x), free(ids), free(wts), free(lg), free(y0), free(add), free(slot_of), free(arena);
     dev_free(dx), dev_free(dh), dev_free(dids), dev_free(dw), dev_free(dadd), dev_free(dy);
     dev_free((void *)tab.slot_of), dev_free((void *)tab.arena);
@@ -292,6 +326,24 @@ static void test_moe_qwen35_shapes(void **state)
     c.ntok = 3;
     c.resident = 1.0;
     run_moe(&c);
+}
+
+/* Misses read from registered host memory (zero-copy): a quota of 0, a
+ * share, and more than there are misses. */
+static void test_moe_direct(void **state)
+{
+    (void)state;
+    moe_case c = {2048, 512, 24, 8, 1, 1, 3, 256, TDM_Q_Q4_K, TDM_Q_Q6_K, TDM_Q_Q8_0, TDM_Q_Q5_K,
+                  0.4, true};
+    static const int quotas[] = {0, 3, 64};
+    for (size_t i = 0; i < sizeof quotas / sizeof quotas[0]; i++) {
+        c.direct = quotas[i] + 1;
+        c.ntok = i == 1 ? 3 : 1; /* several tokens: the quota spans the launch */
+        run_moe(&c);
+    }
+    moe_case odd = {512, 96, 7, 3, 2, 0, 1, 64, TDM_Q_Q5_K, TDM_Q_Q8_0, TDM_Q_Q4_0, TDM_Q_Q8_0, 0.3, true};
+    odd.direct = 3;
+    run_moe(&odd);
 }
 
 static void test_moe_qwen3_shapes(void **state)
@@ -367,6 +419,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_moe_qwen35_shapes),
+        cmocka_unit_test(test_moe_direct),
         cmocka_unit_test(test_moe_qwen3_shapes),
         cmocka_unit_test(test_moe_small_formats),
         cmocka_unit_test(test_moe_long_rows),

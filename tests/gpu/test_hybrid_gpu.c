@@ -20,6 +20,10 @@
  *    during decode (swaps > 0) without changing the bounds;
  *  - pool of 1 thread and of every core; a budget below the fixed part is
  *    refused with TDM_ERR_OOM; a budget that leaves 0 slots runs;
+ *  - the direct share (a fixed 2 or 3 misses per layer launch, more than
+ *    there are, and adapted): decode launches read those misses from the
+ *    model's registered expert memory, the pool computes the rest; the same
+ *    bounds, and pool misses + direct misses = misses;
  *  - prompt streaming (stream_min 2: the prompt batch sends every missing
  *    expert to the GPU in chunks and the GPU computes the misses; decode
  *    steps still use the pool): the same bounds, the prompt's layer calls
@@ -49,6 +53,7 @@ typedef struct hyb_case {
     int policy;     /* -1: layer order */
     int32_t adapt_every;
     int32_t stream_min; /* -1: never; 2: the prompt batch streams */
+    int32_t direct;     /* the direct share (executor.h): 0 off, N, -1 adapted */
 } hyb_case;
 
 static int32_t moe_layers(const tdm_model *m)
@@ -85,6 +90,7 @@ static tdm_forward_gpu *open_hybrid(const tdm_model *m, int n_ctx, const hyb_cas
     xp.per_layer = hc->policy == TDM_CACHE_ADAPTIVE; /* layer order + global slots leaves nothing to swap */
     xp.topo = topo;
     xp.stream_min = hc->stream_min;
+    xp.direct = hc->direct;
     tdm_forward_gpu *f = NULL;
     tdm_error err = {0};
     tdm_status st = tdm_forward_gpu_new_hybrid(m, 0, n_ctx, 512, &xp, &f, &err);
@@ -120,9 +126,13 @@ static baseline make_baseline(const tdm_model *m, const int32_t *tok, int np, in
 }
 
 /* Runs one case and checks it against the baseline (see the file comment). */
-static void check_case(const char *name, const tdm_model *m, const int32_t *tok, int np, int n, const baseline *b,
+static void check_case(const char *name, tdm_model *m, const int32_t *tok, int np, int n, const baseline *b,
                        const hyb_case *hc, bool f32_weights, const tdm_topology *topo)
 {
+    if (hc->direct && !tdm_model_experts_copied(m)) { /* the share reads the copy (registered memory) */
+        tdm_error e = {0};
+        assert_int_equal(tdm_model_copy_experts(m, NULL, &e), TDM_OK);
+    }
     const tdm_hparams *hp = tdm_model_hparams(m);
     const int V = hp->n_vocab;
     float *h = malloc((size_t)n * V * sizeof(float));
@@ -131,16 +141,19 @@ static void check_case(const char *name, const tdm_model *m, const int32_t *tok,
     run_path(f, tok, np, n, h, V);
     tdm_executor_stats s;
     tdm_executor_get_stats(tdm_forward_gpu_executor(f), &s);
+    tdm_pool_stats ps;
+    tdm_pool_get_stats(tdm_executor_pool(tdm_forward_gpu_executor(f)), &ps);
     const double rel = fx_rel_l2(h, b->gpu, (size_t)n * V), kl = fx_mean_kl(b->gpu, h, n, V);
     const double kl_cpu = fx_mean_kl(b->gpu, b->cpu, n, V);
     const double top1 = fx_top1(h, b->gpu, n, V), top1_cpu = fx_top1(b->cpu, b->gpu, n, V);
     const int64_t sel = s.hits + s.misses;
     printf("  %-10s %5d slots, pool %2d threads: rel L2 %.2e KL %.2e (cpu forward %.2e) top-1 %.4f (cpu %.4f) | "
-           "hit %.1f%% jobs %lld/%lld streamed %lld (%.1f MB) swaps %lld | gpu %.3f wait %.3f pool %.3f "
-           "ms/token\n",
+           "hit %.1f%% jobs %lld/%lld streamed %lld (%.1f MB) direct %lld (share %d) swaps %lld | gpu %.3f "
+           "wait %.3f pool %.3f ms/token\n",
            name, s.n_slots, s.pool_threads, rel, kl, kl_cpu, top1, top1_cpu,
            sel ? 100.0 * (double)s.hits / (double)sel : 0.0, (long long)s.pool_wakes, (long long)s.layers,
-           (long long)s.streamed_layers, (double)s.stream_bytes / 1e6, (long long)s.swaps,
+           (long long)s.streamed_layers, (double)s.stream_bytes / 1e6, (long long)s.direct, s.direct_quota,
+           (long long)s.swaps,
            s.dev_ms / (double)s.tokens, s.wait_ms / (double)s.tokens, s.pool_ms / (double)s.tokens);
     /* counters */
     assert_int_equal(s.tokens, n);
@@ -149,10 +162,20 @@ static void check_case(const char *name, const tdm_model *m, const int32_t *tok,
         assert_int_equal(s.hits, 0);
     if (s.misses == 0)
         assert_int_equal(s.pool_wakes, 0);
+    else if (hc->direct >= 1000) /* a share over every miss: only a prompt batch too long for the fused
+                                  * launches wakes the pool */
+        assert_true(s.pool_wakes <= moe_layers(m));
     else
         assert_true(s.pool_wakes >= 1 && s.pool_wakes <= s.layers);
-    if (s.n_slots == 0)
+    if (s.n_slots == 0 && hc->direct == 0)
         assert_int_equal(s.pool_wakes, s.layers - s.streamed_layers);
+    /* every miss computed once: by the pool, the direct share or a streamed batch */
+    if (hc->stream_min <= 0)
+        assert_int_equal(ps.misses + s.direct, s.misses);
+    if (hc->direct == 0)
+        assert_int_equal(s.direct, 0);
+    else if (hc->direct > 0 && s.misses > 0)
+        assert_true(s.direct > 0 && s.direct_quota == hc->direct);
     if (hc->stream_min > 0) { /* the prompt batch streamed; nothing to send when every expert has a slot */
         assert_int_equal(s.streamed_layers, moe_layers(m));
         assert_true((s.stream_bytes > 0) == (s.n_slots < moe_layers(m) * hp->n_expert));
@@ -177,6 +200,41 @@ static void check_case(const char *name, const tdm_model *m, const int32_t *tok,
 
 static void free_baseline(baseline *b) { free(b->gpu), free(b->cpu); }
 
+/* A direct share asked for on experts still in the file mapping is refused
+ * (the driver would pin the mapping page by page); an adapted one is off. */
+static void test_direct_needs_copy(void **state)
+{
+    (void)state;
+    gm_need_gpu();
+    fx_micro mc;
+    fx_micro_open(&mc, "micro-qwen3moe");
+    tdm_executor_params xp;
+    tdm_executor_params_init(&xp);
+    xp.n_slots = 0;
+    xp.n_threads = 1;
+    xp.direct = 2;
+    tdm_forward_gpu *f = NULL;
+    tdm_error err = {0};
+    assert_int_equal(tdm_forward_gpu_new_hybrid(mc.m, 0, 16, 512, &xp, &f, &err), TDM_ERR_UNSUPPORTED);
+    assert_null(f);
+    assert_non_null(strstr(err.msg, "--expert-memory copy"));
+    xp.direct = -1;
+    assert_int_equal(tdm_forward_gpu_new_hybrid(mc.m, 0, 16, 512, &xp, &f, &err), TDM_OK);
+    float *logits = malloc((size_t)mc.hp->n_vocab * sizeof(float));
+    for (int32_t i = 0; i < 8; i++) { /* decode steps that all miss: the pool computes them */
+        const int32_t tok = (i * 37 + 5) % mc.hp->n_vocab;
+        assert_int_equal(tdm_forward_gpu_eval(f, &tok, 1, i, logits, false, &err), TDM_OK);
+    }
+    free(logits);
+    tdm_executor_stats s;
+    tdm_executor_get_stats(tdm_forward_gpu_executor(f), &s);
+    assert_true(s.misses > 0);
+    assert_int_equal(s.direct, 0);
+    assert_int_equal(s.direct_quota, 0);
+    tdm_forward_gpu_free(f);
+    fx_micro_close(&mc);
+}
+
 /* ---- micro f32 models ---- */
 
 static void micro(const char *name)
@@ -189,7 +247,8 @@ static void micro(const char *name)
     assert_true(np > 1);
     baseline b = make_baseline(mc.m, tok, np, n, mc.hp->n_vocab);
     const hyb_case cases[] = {{FULL, 1, -1, 0, -1}, {0, 1, -1, 0, -1},   {HALF, 1, -1, 0, -1},
-                              {HALF, 2, TDM_CACHE_LRU, 0, -1}, {0, 2, -1, 0, 2}, {HALF, 1, -1, 0, 2}};
+                              {HALF, 2, TDM_CACHE_LRU, 0, -1}, {0, 2, -1, 0, 2}, {HALF, 1, -1, 0, 2},
+                              {HALF, 1, -1, 0, -1, 2}, {0, 1, -1, 0, -1, 1000}, {HALF, 1, -1, 0, -1, -1}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(name, mc.m, tok, np, n, &b, &cases[i], true, NULL);
     free_baseline(&b);
@@ -231,7 +290,8 @@ static void test_small_q4km(void **state)
     const int n = fx_ints(cJSON_GetObjectItem(p, "tokens"), tok, 512), np = n - 8;
     baseline b = make_baseline(m, tok, np, n, tdm_model_hparams(m)->n_vocab);
     const hyb_case cases[] = {{FULL, 2, -1, 0, -1}, {0, 2, -1, 0, -1}, {HALF, 2, -1, 0, -1}, {0, 2, -1, 0, 2},
-                              {HALF, 2, -1, 0, 2}, {FULL, 2, -1, 0, 2}};
+                              {HALF, 2, -1, 0, 2}, {FULL, 2, -1, 0, 2}, {HALF, 2, -1, 0, -1, 2},
+                              {0, 2, -1, 0, -1, -1}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case("small", m, tok, np, n, &b, &cases[i], false, NULL);
     free_baseline(&b);
@@ -258,7 +318,10 @@ static void test_demo(void **state)
                               {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1},
                               {HALF, cores, -1, 0, -1},
                               {0, 0, -1, 0, 2},
-                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4, 2}};
+                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4, 2},
+                              {HALF, 0, -1, 0, -1, 3},
+                              {0, 0, -1, 0, -1, 1000},
+                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1, -1}};
     int done = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(pg, "cases"))
@@ -330,6 +393,7 @@ int main(void)
         cmocka_unit_test(test_micro_qwen3moe), cmocka_unit_test(test_micro_qwen35moe),
         cmocka_unit_test(test_micro_qwen3next), cmocka_unit_test(test_small_q4km),
         cmocka_unit_test(test_demo),           cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_direct_needs_copy),
     };
     gm_filter();
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,9 @@
 /* test_executor: the emulated hybrid path (expert cache + CPU pool through the
  * forward's MoE backend) against the plain CPU forward on every fixture, with
  * the cache at 0%, ~50% and 100% of the experts, the pool on 1 thread and on
- * all cores, a budget that leaves no slot, and adaptive swaps between tokens. */
+ * all cores, a budget that leaves no slot, adaptive swaps between tokens, and
+ * a direct share (the device side computing some misses from the model's own
+ * expert memory, the pool the rest); the share's tuner on its own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -62,6 +64,7 @@ typedef struct run_cfg {
     int pool_threads;   /* 0: physical cores minus one; -1: all physical cores */
     int32_t adapt_every;
     int n_decode;
+    int32_t direct;     /* params.direct; 0 here means the default (-1: none in the emulation) */
 } run_cfg;
 
 /* Prompt batch + n_decode single tokens through both paths; returns the
@@ -92,6 +95,8 @@ static double run_pair(const char *path, const run_cfg *cfg, tdm_executor_stats 
         p.n_threads = cfg->pool_threads;
     p.policy = cfg->policy;
     p.adapt_every = cfg->adapt_every;
+    if (cfg->direct)
+        p.direct = cfg->direct;
     p.per_layer = true; /* ~50% then means about half the experts of every layer */
     if (cfg->frac >= 0)
         p.n_slots = (int32_t)lround(cfg->frac * hp->n_layer * hp->n_expert);
@@ -192,6 +197,73 @@ static void check_fraction(double frac, int pool_threads)
     alarm(0);
 }
 
+/* The device side takes the first `direct` misses of every layer call from
+ * the model's expert memory; the pool computes the others (or, when the share
+ * covers every miss, is never woken). */
+static void check_direct(double frac, int32_t direct)
+{
+    alarm(WATCHDOG_S);
+    char paths[5][1200];
+    int n = n_paths(paths);
+    for (int i = 0; i < n; i++) {
+        run_cfg c = {.frac = frac, .policy = -1, .pool_threads = 1, .n_decode = N_DECODE, .direct = direct};
+        tdm_executor_stats es;
+        tdm_pool_stats ps;
+        double r = run_pair(paths[i], &c, &es, &ps);
+        assert_true(r <= 1e-5);
+        assert_true(es.misses > 0 && es.direct > 0 && es.direct_bytes > 0);
+        assert_int_equal(es.direct_quota, direct);
+        assert_int_equal(ps.misses + es.direct, es.misses); /* every miss computed once */
+        if (direct >= 1000) {
+            assert_int_equal(es.direct, es.misses);
+            assert_int_equal(ps.jobs, 0);
+        } else {
+            assert_true(es.direct <= (int64_t)direct * es.layers);
+            assert_true(ps.jobs > 0);
+        }
+    }
+    alarm(0);
+}
+
+static void test_direct_share(void **state) { (void)state; check_direct(0.5, 2); }
+static void test_direct_no_cache(void **state) { (void)state; check_direct(0.0, 3); }
+static void test_direct_all(void **state) { (void)state; check_direct(0.5, 1000); }
+
+/* The adapting share: step times whose best share is `best` (each share
+ * away from it costs 1 ms); the tuner must reach it and stay within one. */
+static void tune_towards(int32_t k, int32_t best)
+{
+    tdm_direct_tuner t;
+    tdm_direct_tuner_init(&t, k);
+    assert_int_equal(t.q, k / 2);
+    int32_t q = t.q, lo = k, hi = 0;
+    for (int step = 0; step < 40 * TDM_DIRECT_WINDOW; step++) {
+        q = tdm_direct_tuner_step(&t, 10.0 + abs(q - best));
+        assert_true(q >= 0 && q <= k);
+        if (step >= 30 * TDM_DIRECT_WINDOW) { /* settled */
+            lo = q < lo ? q : lo;
+            hi = q > hi ? q : hi;
+        }
+    }
+    assert_true(lo >= best - 1 && hi <= best + 1 && lo <= best && hi >= best);
+}
+
+static void test_direct_tuner(void **state)
+{
+    (void)state;
+    tune_towards(8, 6);
+    tune_towards(8, 1);
+    tune_towards(8, 0);
+    tune_towards(8, 8);
+    tune_towards(1, 0);
+    /* a window only moves the share when it is full */
+    tdm_direct_tuner t;
+    tdm_direct_tuner_init(&t, 8);
+    for (int i = 0; i < TDM_DIRECT_WINDOW - 1; i++)
+        assert_int_equal(tdm_direct_tuner_step(&t, 5.0), 4);
+    assert_int_equal(tdm_direct_tuner_step(&t, 5.0), 5);
+}
+
 static void test_cache_0(void **state) { (void)state; check_fraction(0.0, 1); }
 static void test_cache_50(void **state) { (void)state; check_fraction(0.5, 1); }
 static void test_cache_100(void **state) { (void)state; check_fraction(1.0, 1); }
@@ -280,6 +352,9 @@ static void test_bad_input(void **state)
     p.policy = TDM_CACHE_STATIC; /* needs a profile */
     assert_int_equal(tdm_executor_new(m, &p, &x, &err), TDM_ERR_INVALID);
     p.policy = -1;
+    p.direct = -2; /* neither adapted, off nor a count */
+    assert_int_equal(tdm_executor_new(m, &p, &x, &err), TDM_ERR_INVALID);
+    p.direct = -1;
     assert_int_equal(tdm_executor_new(m, &p, &x, &err), TDM_OK);
     const int32_t k = hp->n_expert_used;
     float *in = calloc((size_t)hp->n_embd * 3, sizeof(float)), *out = calloc((size_t)hp->n_embd * 3, sizeof(float));
@@ -311,7 +386,9 @@ int main(void)
         cmocka_unit_test(test_cache_0),          cmocka_unit_test(test_cache_50),
         cmocka_unit_test(test_cache_100),        cmocka_unit_test(test_cache_50_all_cores),
         cmocka_unit_test(test_budget_no_slot),   cmocka_unit_test(test_adaptive_swaps),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_direct_share),
+        cmocka_unit_test(test_direct_no_cache),  cmocka_unit_test(test_direct_all),
+        cmocka_unit_test(test_direct_tuner),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
