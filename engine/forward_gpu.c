@@ -475,9 +475,15 @@ static tdm_status plan_budget(tdm_forward_gpu *f, const tdm_executor_params *xp,
     return tdm_budget_plan(f->m, f->n_ctx, f->B, budget, &f->budget, err);
 }
 
+/* The device address of host pointer p inside the span registered at lo. */
+static const void *dev_addr(const void *dev, const uint8_t *lo, const void *p)
+{
+    return (const uint8_t *)dev + ((const uint8_t *)p - lo);
+}
+
 /* The direct share's memory: the span of every MoE layer's routed experts
- * (one mapping: the file's, or tdm_model_copy_experts' copy) registered with
- * the device; each layer's tdm_gpu_direct_experts points into it. */
+ * (all in tdm_model_copy_experts' one region) registered with the device;
+ * each layer's tdm_gpu_direct_experts points into it. */
 static tdm_status register_experts(tdm_forward_gpu *f, tdm_error *err)
 {
     const uint8_t *lo = NULL, *hi = NULL;
@@ -501,11 +507,10 @@ static tdm_status register_experts(tdm_forward_gpu *f, tdm_error *err)
         const tdm_layer *L = tdm_model_layer(f->m, il);
         if (L->ffn != TDM_FFN_MOE || !L->gate_exps.data)
             continue;
-#define DEV_OF(w) ((const uint8_t *)dev + ((const uint8_t *)(w).data - lo))
         f->L[il].direct = (tdm_gpu_direct_experts){
-            DEV_OF(L->gate_exps), DEV_OF(L->up_exps), DEV_OF(L->down_exps), L->gate_exps.mat_bytes,
-            L->up_exps.mat_bytes, L->down_exps.mat_bytes, (const int32_t *)(f->hstate + TDM_GPU_HANDOFF_QUOTA)};
-#undef DEV_OF
+            dev_addr(dev, lo, L->gate_exps.data), dev_addr(dev, lo, L->up_exps.data),
+            dev_addr(dev, lo, L->down_exps.data), L->gate_exps.mat_bytes, L->up_exps.mat_bytes,
+            L->down_exps.mat_bytes, (const int32_t *)(f->hstate + TDM_GPU_HANDOFF_QUOTA)};
     }
     return TDM_OK;
 }
@@ -923,8 +928,6 @@ static tdm_status stream_plan(tdm_forward_gpu *f, tdm_error *err)
     return stream_send(f, 0, err);
 }
 
-/* Layer il's routed experts: the fused kernels (or the grouped prompt path)
- * over the experts `table` holds, accumulated into f->x. */
 /* Whether a batch of n tokens runs its routed experts grouped by expert
  * (the prompt path) for weights of type t, rather than the fused launches. */
 static bool moe_grouped(const tdm_forward_gpu *f, int32_t n, tdm_qtype t)
@@ -939,6 +942,8 @@ static bool direct_batch(const tdm_forward_gpu *f, int32_t n)
     return f->reg_base && !f->streaming && (n <= f->mm_min || !f->moe_scratch);
 }
 
+/* Layer il's routed experts: the fused kernels (or the grouped prompt path)
+ * over the experts `table` holds, accumulated into f->x. */
 static tdm_status moe_run(tdm_forward_gpu *f, const tdm_gpu_moe_layer *moe, const int32_t *ids, const float *wts,
                           int32_t n, int32_t k, tdm_error *err)
 {

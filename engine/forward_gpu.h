@@ -80,8 +80,12 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f);
  * layer in chunks of TDM_STREAM_CHUNK experts (two chunk buffers in VRAM,
  * counted by the ledger; chunk c + 1 travels while chunk c computes), and the
  * GPU computes the batch's misses there: a batch's CPU work per miss grows
- * with its tokens, the copy does not. Decode steps always use the pool.
- * xp->max_batch / n_ctx / dev / mem_* are set here. */
+ * with its tokens, the copy does not. Decode steps always use the pool,
+ * but for the direct share (xp->direct, docs/EXECUTOR.md): the first misses
+ * of each layer the fused launches read themselves from the experts in host
+ * memory, registered with the device at creation; only tdm_model_copy_experts'
+ * copy is registered (a fixed share on mapped experts: TDM_ERR_UNSUPPORTED,
+ * an adapted one is then off). xp->max_batch / n_ctx / dev / mem_* are set here. */
 tdm_status tdm_forward_gpu_new_hybrid(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
                                       const tdm_executor_params *xp, tdm_forward_gpu **out, tdm_error *err);
 /* The executor (statistics, cache, pool) of a hybrid forward; NULL otherwise. */

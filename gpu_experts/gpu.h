@@ -59,12 +59,13 @@ void tdm_gpu_release(tdm_gpu *g, void *dptr);
 /* Page-locked host memory owned by g (for DMA and mapped hand-off buffers). */
 tdm_status tdm_gpu_alloc_host(tdm_gpu *g, size_t bytes, void **hptr, tdm_error *err);
 void tdm_gpu_release_host(tdm_gpu *g, void *hptr);
-/* Pins host memory owned by someone else (e.g. the model's expert mapping)
- * so kernels read it over PCIe (zero-copy), read-only: [p, p + bytes)
- * widened to whole pages. *dev: the device address of p. The caller must
- * call tdm_gpu_host_unregister(g, p) before the memory goes away and before
- * tdm_gpu_free. TDM_ERR_UNSUPPORTED when the device or the memory cannot be
- * registered (e.g. a file mapping the driver refuses to pin). */
+/* Pins host memory owned by someone else (e.g. the model's copy of its
+ * experts) so kernels read it over PCIe (zero-copy), read-only: [p, p +
+ * bytes) widened to whole pages. *dev: the device address of p. The caller
+ * must call tdm_gpu_host_unregister(g, p) before the memory goes away and
+ * before tdm_gpu_free. TDM_ERR_UNSUPPORTED when the device or the memory
+ * cannot be registered. Anonymous huge pages register fast (2 GiB in 0.04 s
+ * on the H200 host); a file mapping can take minutes (docs/EXECUTOR.md). */
 tdm_status tdm_gpu_host_register(tdm_gpu *g, const void *p, size_t bytes, const void **dev, tdm_error *err);
 void tdm_gpu_host_unregister(tdm_gpu *g, const void *p);
 

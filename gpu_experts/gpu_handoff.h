@@ -56,7 +56,7 @@ enum {
     TDM_GPU_HANDOFF_WAIT_HI = 3,
     TDM_GPU_HANDOFF_TIMEOUTS = 4, /* merges that gave up waiting */
     TDM_GPU_HANDOFF_ARRIVED = 5,  /* publish: blocks done (internal) */
-    TDM_GPU_HANDOFF_QUOTA = 6,    /* free for the caller: e.g. the direct share (int32) */
+    TDM_GPU_HANDOFF_QUOTA = 6,    /* the direct share (int32), written by the caller between steps */
     TDM_GPU_HANDOFF_WORDS = 8
 };
 
