@@ -128,7 +128,7 @@ tdm_status tdm_cli_place_experts(tdm_model *m, tdm_expert_memory mem, bool cpu_r
     size_t bytes = 0;
     tdm_error e = {0};
     const tdm_status st = tdm_model_copy_experts(m, &bytes, &e);
-    if (st && mem == TDM_EXPERT_MEMORY_AUTO && st == TDM_ERR_OOM) {
+    if (st == TDM_ERR_OOM && mem == TDM_EXPERT_MEMORY_AUTO) {
         fprintf(stderr, "note: experts stay in the file mapping, so the GPU reads no missed expert itself (%s)\n",
                 e.msg);
         return TDM_OK;

@@ -18,7 +18,6 @@ struct tdm_executor {
     tdm_expert_sel *hit;      /* [max_batch * k] (token, slot, weight) */
     tdm_expert_sel *dir;      /* [max_batch * k] (token, expert, weight): emulated direct share */
     int32_t direct_mode;      /* params.direct */
-    int32_t direct_q;         /* the share of the next step */
     tdm_direct_tuner tuner;   /* params.direct -1 on a GPU */
     int32_t *log;             /* [n_layer][max_batch][k] routing of the pass, for the policy */
     uint8_t *logged;          /* [n_layer] */
@@ -97,7 +96,6 @@ tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, td
     x->first_moe = -1;
     x->direct_mode = p->direct;
     tdm_direct_tuner_init(&x->tuner, hp->n_expert_used);
-    x->direct_q = p->direct > 0 ? p->direct : p->direct < 0 ? x->tuner.q : 0;
     int64_t max_ff = 1;
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const tdm_layer *L = tdm_model_layer(m, il);
@@ -315,7 +313,10 @@ int32_t tdm_direct_tuner_step(tdm_direct_tuner *t, double ms_per_token)
     return t->q;
 }
 
-int32_t tdm_executor_direct_quota(const tdm_executor *x) { return x->direct_q; }
+int32_t tdm_executor_direct_quota(const tdm_executor *x)
+{
+    return x->direct_mode > 0 ? x->direct_mode : x->direct_mode < 0 ? x->tuner.q : 0;
+}
 
 tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t layer_stride, int32_t n, double dev_ms,
                                 double wait_ms, int32_t direct, tdm_error *err)
@@ -351,7 +352,7 @@ tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t laye
     x->st.dev_ms += dev_ms;
     x->st.wait_ms += wait_ms;
     if (x->direct_mode < 0 && direct >= 0 && step_misses > 0)
-        x->direct_q = tdm_direct_tuner_step(&x->tuner, dev_ms / n);
+        tdm_direct_tuner_step(&x->tuner, dev_ms / n);
     return tdm_executor_flush(x, err);
 }
 
@@ -375,7 +376,7 @@ void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out)
     out->n_slots = tdm_expert_cache_n_slots(x->cache);
     out->slot_bytes = tdm_expert_cache_slot_bytes(x->cache);
     out->pool_threads = tdm_pool_threads(x->pool);
-    out->direct_quota = x->gpu || x->direct_mode > 0 ? x->direct_q : 0; /* the emulation adapts none */
+    out->direct_quota = x->gpu || x->direct_mode > 0 ? tdm_executor_direct_quota(x) : 0; /* the emulation adapts none */
     if (x->gpu)
         out->pool_wakes = ps.jobs;
 }
