@@ -784,33 +784,23 @@ static tdm_status attention_layer(tdm_forward_gpu *f, const tdm_layer *L, const 
     const int64_t H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, d = hp->n_embd;
     const size_t per_layer = (size_t)Hkv * f->n_ctx * hd;
     uint16_t *kc = f->kc + (size_t)L->slot * per_layer, *vc = f->vc + (size_t)L->slot * per_layer;
-    float *Q = f->q, *K = f->p2, *V = f->p3;
+    tdm_gpu_attn_in in = {.q_src = f->p1, .k_src = f->p2, .v_src = f->p3, .q_stride = gl->wq.rows,
+                          .kv_stride = Hkv * hd, .q_norm = gl->q_norm.d, .k_norm = gl->k_norm.d, .n_head = H,
+                          .n_kv = Hkv, .head_dim = hd, .n_rot = hp->n_rot, .base = (float)hp->rope_base,
+                          .eps = hp->norm_eps};
     TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, n, d, d, hp->norm_eps, err));
     if (fused(&gl->f_qkv, n, (size_t)f->B * f->wide)) { /* p1 = q (| gate) | k | v */
         TRY(proj(f, &gl->f_qkv, f->xn, 1, f->p1, false, err));
-        K = f->p1 + gl->wq.rows;
-        V = K + gl->wk.rows;
-        if (hp->attn_gated)
-            TRY(tdm_gpu_qgate_split(f->g, f->p1, Q, f->gate, n, H, hd, err));
-        else
-            Q = f->p1;
+        in.k_src = f->p1 + gl->wq.rows;
+        in.v_src = in.k_src + gl->wk.rows;
     } else {
-        if (hp->attn_gated) {
-            TRY(proj(f, &gl->wq, f->xn, n, f->p1, false, err));
-            TRY(tdm_gpu_qgate_split(f->g, f->p1, Q, f->gate, n, H, hd, err));
-        } else {
-            TRY(proj(f, &gl->wq, f->xn, n, Q, false, err));
-        }
-        TRY(proj(f, &gl->wk, f->xn, n, K, false, err));
-        TRY(proj(f, &gl->wv, f->xn, n, V, false, err));
+        TRY(proj(f, &gl->wq, f->xn, n, f->p1, false, err));
+        TRY(proj(f, &gl->wk, f->xn, n, f->p2, false, err));
+        TRY(proj(f, &gl->wv, f->xn, n, f->p3, false, err));
     }
-    TRY(tdm_gpu_rmsnorm(f->g, Q, gl->q_norm.d, Q, (int64_t)n * H, hd, hd, hp->norm_eps, err));
-    TRY(tdm_gpu_rmsnorm(f->g, K, gl->k_norm.d, K, (int64_t)n * Hkv, hd, hd, hp->norm_eps, err));
-    TRY(tdm_gpu_rope(f->g, Q, n, H, hd, H * hd, hp->n_rot, (float)hp->rope_base, f->pos, err));
-    TRY(tdm_gpu_rope(f->g, K, n, Hkv, hd, Hkv * hd, hp->n_rot, (float)hp->rope_base, f->pos, err));
-    TRY(tdm_gpu_kv_store(f->g, K, V, Hkv * hd, kc, vc, Hkv, hd, f->n_ctx, f->pos, n, err));
+    TRY(tdm_gpu_attn_prep(f->g, &in, f->pos, n, f->q, hp->attn_gated ? f->gate : NULL, kc, vc, f->n_ctx, err));
     const float scale = (float)(1.0 / sqrt((double)hd));
-    TRY(tdm_gpu_attention(f->g, Q, kc, vc, hp->attn_gated ? f->gate : NULL, f->ao, n, H, Hkv, hd, f->n_ctx, f->pos,
+    TRY(tdm_gpu_attention(f->g, f->q, kc, vc, hp->attn_gated ? f->gate : NULL, f->ao, n, H, Hkv, hd, f->n_ctx, f->pos,
                           scale, f->attn_scratch, f->attn_bytes, err));
     return proj(f, &gl->wo, f->ao, n, f->x, true, err);
 }

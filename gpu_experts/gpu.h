@@ -158,7 +158,7 @@ tdm_status tdm_gpu_matmul(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows,
 tdm_status tdm_gpu_dequant_f16(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows, int64_t k,
                                uint16_t *dst, tdm_error *err);
 
-/* ---- norms, rope, small element-wise ops ---- */
+/* ---- norms, small element-wise ops ---- */
 
 /* RMSNorm of n_rows rows of n elements: y[r] = w . (x[r] * rsqrt(mean(x[r]^2) + eps)).
  * Row r starts at x + r * stride (same for y; in place allowed). w: [n] (GGUF
@@ -171,34 +171,35 @@ tdm_status tdm_gpu_rmsnorm(tdm_gpu *g, const float *x, const float *w, float *y,
 tdm_status tdm_gpu_rmsnorm_gated(tdm_gpu *g, const float *x, const float *z, const float *w,
                                  float *y, int64_t n_rows, int64_t n, float eps, tdm_error *err);
 
-/* NeoX (half-split) RoPE on the first n_rot channels of each head, in place.
- * x: [ntok][n_head][head_dim] with token stride tok_stride floats (>= n_head *
- * head_dim); pos: device [ntok] positions. inv_freq and angles are float32
- * as in transformers: inv_freq[i] = 1 / base^(2i / n_rot). */
-tdm_status tdm_gpu_rope(tdm_gpu *g, float *x, int64_t ntok, int64_t n_head, int64_t head_dim,
-                        int64_t tok_stride, int64_t n_rot, float base, const int32_t *pos,
-                        tdm_error *err);
-
-/* Splits the gated-attention query projection p [ntok][n_head][2][head_dim]
- * (per head: head_dim query values then head_dim gate values) into
- * q [ntok][n_head][head_dim] and gate [ntok][n_head][head_dim]. */
-tdm_status tdm_gpu_qgate_split(tdm_gpu *g, const float *p, float *q, float *gate, int64_t ntok,
-                               int64_t n_head, int64_t head_dim, tdm_error *err);
-
 /* ---- attention ---- */
 
-/* Positions come from device memory (pos: [ntok], as tdm_gpu_rope takes them)
- * and launch shapes do not depend on them, so a recorded decode step (CUDA
- * graph) replays unchanged from token to token. A position outside
- * 0 .. n_ctx-1 never touches the cache: kv_store skips that token and
- * attention writes a zero output row for it. */
+/* Positions come from device memory (pos: [ntok]) and launch shapes do not
+ * depend on them, so a recorded decode step (CUDA graph) replays unchanged
+ * from token to token. A position outside 0 .. n_ctx-1 never touches the
+ * cache: attn_prep stores nothing for that token and attention writes a zero
+ * output row for it. */
 
-/* Stores ntok new K/V rows (k, v: [ntok][n_kv][head_dim], token stride
- * tok_stride floats) into the fp16 caches kc, vc ([n_kv][n_ctx][head_dim]),
- * token t at row pos[t]. */
-tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *v, int64_t tok_stride,
-                            uint16_t *kc, uint16_t *vc, int64_t n_kv, int64_t head_dim,
-                            int64_t n_ctx, const int32_t *pos, int64_t ntok, tdm_error *err);
+/* The inputs of one attention layer, from its q, k, v projections. */
+typedef struct tdm_gpu_attn_in {
+    const float *q_src;          /* token t: q_src + t * q_stride: per head head_dim query
+                                    values, with a gate output then head_dim gate values */
+    const float *k_src, *v_src;  /* token t: + t * kv_stride: [n_kv][head_dim] each */
+    int64_t q_stride, kv_stride; /* floats between tokens */
+    const float *q_norm, *k_norm; /* [head_dim] RMSNorm weights */
+    int64_t n_head, n_kv, head_dim; /* head_dim <= 512 */
+    int64_t n_rot;               /* RoPE channels: even, <= head_dim */
+    float base, eps;             /* RoPE base, RMSNorm epsilon */
+} tdm_gpu_attn_in;
+
+/* One launch for ntok tokens: each query head RMSNorm (q_norm) then NeoX
+ * (half-split) RoPE on its first n_rot channels into q [ntok][n_head][head_dim];
+ * gate != NULL: the gate halves into gate [ntok][n_head][head_dim]; each key
+ * head RMSNorm (k_norm), RoPE, fp16 into kc at row pos[t]; each value head fp16
+ * into vc at row pos[t]. Caches: [n_kv][n_ctx][head_dim] halves. inv_freq and
+ * angles are float32 as in transformers: inv_freq[i] = 1 / base^(2i / n_rot). */
+tdm_status tdm_gpu_attn_prep(tdm_gpu *g, const tdm_gpu_attn_in *in, const int32_t *pos, int64_t ntok,
+                             float *q, float *gate, uint16_t *kc, uint16_t *vc, int64_t n_ctx,
+                             tdm_error *err);
 
 /* Causal GQA attention for ntok queries over the caches: query t attends keys
  * 0 .. pos[t] (the caches must already hold them).
@@ -224,7 +225,7 @@ tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc, con
  * u: [ntok][channels] pre-conv inputs; w: [channels][kernel] (GGUF ssm_conv1d,
  * tap kernel-1 multiplies the current token); state: [kernel-1][channels],
  * the previous kernel-1 inputs, oldest first, updated in place;
- * y: [ntok][channels]. kernel in 2..8. */
+ * y: [ntok][channels] (may be u when ntok is 1). kernel in 2..8. */
 tdm_status tdm_gpu_ssm_conv(tdm_gpu *g, const float *u, const float *w, float *state, float *y,
                             int64_t ntok, int64_t channels, int64_t kernel, tdm_error *err);
 

@@ -1,43 +1,102 @@
-/* gpu_attn: KV store and attention (models.md §1.5, §3.4). */
+/* gpu_attn: the attention inputs (norms, RoPE, KV store) and attention (models.md §1.5, §3.4). */
 #include <cuda_fp16.h>
 #include <math.h>
 
 #include "gpu_attn.cuh"
+#include "gpu_norm.cuh"
 
 /* True when a position read from device memory addresses a cache row. */
 __device__ __forceinline__ bool pos_in_cache(int64_t p, int64_t n_ctx) { return p >= 0 && p < n_ctx; }
 
-__global__ void kv_store_kernel(const float *__restrict__ k, const float *__restrict__ v,
-                                int64_t tok_stride, __half *kc, __half *vc, int64_t n_kv,
-                                int64_t head_dim, int64_t n_ctx, const int32_t *__restrict__ pos,
-                                int64_t ntok)
+/* Block = one head slot of one token: query heads, then key heads, then
+ * value heads. Thread i holds channels i + PREP_THREADS c; the normalised row
+ * goes through shared memory so that each thread can read its RoPE partner.
+ * The arithmetic is that of tdm_gpu_rmsnorm followed by a NeoX rotation,
+ * angles in float32 as transformers computes them. */
+__global__ void __launch_bounds__(PREP_THREADS)
+    attn_prep_kernel(tdm_gpu_attn_in in, const int32_t *__restrict__ pos, float *__restrict__ q,
+                     float *__restrict__ gate, __half *kc, __half *vc, int64_t n_ctx)
 {
+    constexpr int PER = ATTN_MAX_HEAD_DIM / PREP_THREADS;
+    __shared__ float buf[ATTN_MAX_HEAD_DIM], red[32];
     tdm_pdl_enter();
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int64_t per_tok = n_kv * head_dim;
-    if (idx >= ntok * per_tok)
+    const int tid = threadIdx.x, hd = (int)in.head_dim;
+    const int64_t t = blockIdx.y, H = in.n_head, Hkv = in.n_kv, slot = blockIdx.x;
+    const int64_t p = pos[t];
+    const bool is_q = slot < H, is_v = slot >= H + Hkv, store = pos_in_cache(p, n_ctx);
+    const int64_t h = is_q ? slot : is_v ? slot - H - Hkv : slot - H;
+    const float *src = is_q ? in.q_src + t * in.q_stride + h * (gate ? 2 : 1) * hd
+                            : (is_v ? in.v_src : in.k_src) + t * in.kv_stride + h * hd;
+    const int64_t cache_row = (h * n_ctx + p) * hd;
+    if (is_v) {
+        for (int i = tid; i < hd && store; i += PREP_THREADS)
+            vc[cache_row + i] = __float2half_rn(src[i]);
         return;
-    int64_t t = idx / per_tok, r = idx % per_tok, h = r / head_dim, i = r % head_dim;
-    int64_t p = pos[t];
-    if (!pos_in_cache(p, n_ctx))
-        return;
-    int64_t dst = (h * n_ctx + p) * head_dim + i;
-    kc[dst] = __float2half_rn(k[t * tok_stride + r]);
-    vc[dst] = __float2half_rn(v[t * tok_stride + r]);
+    }
+    float v[PER], ss = 0.0f;
+#pragma unroll
+    for (int c = 0; c < PER; c++) {
+        const int i = tid + PREP_THREADS * c;
+        v[c] = i < hd ? src[i] : 0.0f;
+        ss += v[c] * v[c];
+    }
+    const float r = rsqrtf(tdm_block_sum(ss, red) / (float)hd + in.eps);
+    const float *w = is_q ? in.q_norm : in.k_norm;
+#pragma unroll
+    for (int c = 0; c < PER; c++) {
+        const int i = tid + PREP_THREADS * c;
+        if (i < hd)
+            buf[i] = w[i] * (v[c] * r);
+    }
+    __syncthreads();
+    const int half = (int)(in.n_rot / 2);
+    float *qrow = q + (t * H + h) * hd;
+#pragma unroll
+    for (int c = 0; c < PER; c++) {
+        const int i = tid + PREP_THREADS * c;
+        if (i >= hd)
+            break;
+        float o = buf[i];
+        if (i < 2 * half) {
+            const int pair = i < half ? i : i - half;
+            const float inv = 1.0f / powf(in.base, (float)(2 * pair) / (float)(2 * half));
+            float sn, cs;
+            sincosf((float)p * inv, &sn, &cs);
+            o = i < half ? buf[i] * cs - buf[i + half] * sn : buf[i] * cs + buf[i - half] * sn;
+        }
+        if (is_q)
+            qrow[i] = o;
+        else if (store)
+            kc[cache_row + i] = __float2half_rn(o);
+    }
+    if (is_q && gate)
+        for (int i = tid; i < hd; i += PREP_THREADS)
+            gate[(t * H + h) * hd + i] = src[hd + i];
 }
 
-extern "C" tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *v,
-                                       int64_t tok_stride, uint16_t *kc, uint16_t *vc,
-                                       int64_t n_kv, int64_t head_dim, int64_t n_ctx,
-                                       const int32_t *pos, int64_t ntok, tdm_error *err)
+extern "C" tdm_status tdm_gpu_attn_prep(tdm_gpu *g, const tdm_gpu_attn_in *in, const int32_t *pos,
+                                        int64_t ntok, float *q, float *gate, uint16_t *kc, uint16_t *vc,
+                                        int64_t n_ctx, tdm_error *err)
 {
-    TDM_REQUIRE(err, k && v && kc && vc && pos, "gpu kv_store: NULL argument");
-    TDM_REQUIRE(err, n_kv > 0 && head_dim > 0 && ntok > 0 && n_ctx > 0 &&
-                         tok_stride >= n_kv * head_dim,
-                "gpu kv_store: bad shape");
-    int64_t n = ntok * n_kv * head_dim;
-    TDM_LAUNCH(err, g, kv_store_kernel, tdm_cdiv(n, 256), 256, 0, k, v, tok_stride, (__half *)kc, (__half *)vc, n_kv,
-               head_dim, n_ctx, pos, ntok);
+    TDM_REQUIRE(err, in && in->q_src && in->k_src && in->v_src && in->q_norm && in->k_norm,
+                "gpu attn_prep: NULL input");
+    TDM_REQUIRE(err, pos && q && kc && vc, "gpu attn_prep: NULL argument");
+    const int64_t hd = in->head_dim, slots = in->n_head + 2 * in->n_kv;
+    TDM_REQUIRE(err, hd > 0 && hd <= ATTN_MAX_HEAD_DIM, "gpu attn_prep: head_dim %lld outside 1..%d",
+                (long long)hd, ATTN_MAX_HEAD_DIM);
+    TDM_REQUIRE(err, in->n_head > 0 && in->n_kv > 0 && slots <= INT32_MAX,
+                "gpu attn_prep: %lld query and %lld KV heads", (long long)in->n_head, (long long)in->n_kv);
+    TDM_REQUIRE(err, in->q_stride >= in->n_head * hd * (gate ? 2 : 1) && in->kv_stride >= in->n_kv * hd,
+                "gpu attn_prep: token strides %lld / %lld too short", (long long)in->q_stride,
+                (long long)in->kv_stride);
+    TDM_REQUIRE(err, in->n_rot > 0 && in->n_rot % 2 == 0 && in->n_rot <= hd,
+                "gpu attn_prep: n_rot=%lld must be even and <= head_dim %lld", (long long)in->n_rot,
+                (long long)hd);
+    TDM_REQUIRE(err, in->base > 0.0f, "gpu attn_prep: base %g", (double)in->base);
+    TDM_REQUIRE(err, ntok > 0 && ntok <= 65535 && n_ctx > 0, "gpu attn_prep: ntok=%lld n_ctx=%lld",
+                (long long)ntok, (long long)n_ctx);
+    TDM_LAUNCH(err, g, attn_prep_kernel, dim3((unsigned)slots, (unsigned)ntok), PREP_THREADS, 0, *in, pos, q, gate,
+               (__half *)kc, (__half *)vc, n_ctx);
     return TDM_OK;
 }
 

@@ -1,4 +1,4 @@
-/* gpu_attn: fp16 KV cache store and causal GQA attention (plain and gated).
+/* gpu_attn: the attention inputs (q/k norms, RoPE, fp16 KV store) and causal GQA attention (plain and gated).
  * Private to gpu_experts/. */
 #ifndef TDM_GPU_ATTN_CUH
 #define TDM_GPU_ATTN_CUH
@@ -10,6 +10,7 @@
  * are merged (and the splits' in the last block to finish). */
 #define ATTN_WARPS 8
 #define ATTN_MAX_HEAD_DIM 512
+#define PREP_THREADS 128 /* attn_prep: threads per head slot */
 #define ATTN_SPLIT_MAX_TOK 8 /* decode batches split the keys; longer ones fill the GPU anyway */
 #define ATTN_MAX_SPLITS 32
 #define ATTN_MIN_KEYS 16     /* cache rows per split at least */

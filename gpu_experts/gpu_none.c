@@ -194,29 +194,12 @@ tdm_status tdm_gpu_rmsnorm_gated(tdm_gpu *g, const float *x, const float *z, con
     return NO_CUDA(err, "gpu rmsnorm_gated");
 }
 
-tdm_status tdm_gpu_rope(tdm_gpu *g, float *x, int64_t ntok, int64_t n_head, int64_t head_dim,
-                        int64_t tok_stride, int64_t n_rot, float base, const int32_t *pos,
-                        tdm_error *err)
+tdm_status tdm_gpu_attn_prep(tdm_gpu *g, const tdm_gpu_attn_in *in, const int32_t *pos, int64_t ntok,
+                             float *q, float *gate, uint16_t *kc, uint16_t *vc, int64_t n_ctx,
+                             tdm_error *err)
 {
-    (void)g, (void)x, (void)ntok, (void)n_head, (void)head_dim, (void)tok_stride, (void)n_rot,
-        (void)base, (void)pos;
-    return NO_CUDA(err, "gpu rope");
-}
-
-tdm_status tdm_gpu_qgate_split(tdm_gpu *g, const float *p, float *q, float *gate, int64_t ntok,
-                               int64_t n_head, int64_t head_dim, tdm_error *err)
-{
-    (void)g, (void)p, (void)q, (void)gate, (void)ntok, (void)n_head, (void)head_dim;
-    return NO_CUDA(err, "gpu qgate_split");
-}
-
-tdm_status tdm_gpu_kv_store(tdm_gpu *g, const float *k, const float *v, int64_t tok_stride,
-                            uint16_t *kc, uint16_t *vc, int64_t n_kv, int64_t head_dim,
-                            int64_t n_ctx, const int32_t *pos, int64_t ntok, tdm_error *err)
-{
-    (void)g, (void)k, (void)v, (void)tok_stride, (void)kc, (void)vc, (void)n_kv, (void)head_dim,
-        (void)n_ctx, (void)pos, (void)ntok;
-    return NO_CUDA(err, "gpu kv_store");
+    (void)g, (void)in, (void)pos, (void)ntok, (void)q, (void)gate, (void)kc, (void)vc, (void)n_ctx;
+    return NO_CUDA(err, "gpu attn_prep");
 }
 
 size_t tdm_gpu_attention_scratch_bytes(const tdm_gpu *g, int64_t n_head, int64_t head_dim, int64_t n_ctx)

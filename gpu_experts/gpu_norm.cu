@@ -1,4 +1,4 @@
-/* gpu_norm: norms, rope and the q/gate split (models.md §1.2, §1.4, §3.4). */
+/* gpu_norm: RMSNorm, plain and gated (models.md §1.2, §3.6). */
 #include "gpu_norm.cuh"
 
 /* One block per row. z == NULL: plain RMSNorm; else times silu(z). VEC:
@@ -91,65 +91,5 @@ extern "C" tdm_status tdm_gpu_rmsnorm_gated(tdm_gpu *g, const float *x, const fl
     TDM_REQUIRE(err, n_rows > 0 && n_rows <= INT32_MAX && n > 0,
                 "gpu rmsnorm_gated: bad shape rows=%lld n=%lld", (long long)n_rows, (long long)n);
     TDM_CU(err, launch_rmsnorm(g, x, w, z, y, n_rows, n, n, eps));
-    return TDM_OK;
-}
-
-/* One thread per (token, head, pair i < n_rot/2). */
-__global__ void rope_kernel(float *x, int64_t ntok, int64_t n_head, int64_t head_dim,
-                            int64_t tok_stride, int64_t half, float base, const int32_t *pos)
-{
-    tdm_pdl_enter();
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= ntok * n_head * half)
-        return;
-    int64_t i = idx % half, h = (idx / half) % n_head, t = idx / (half * n_head);
-    /* transformers: inv_freq = 1 / base^(arange(0, d, 2) / d) in float32 */
-    float inv = 1.0f / powf(base, (float)(2 * i) / (float)(2 * half));
-    float ang = (float)pos[t] * inv;
-    float c = cosf(ang), s = sinf(ang);
-    float *p = x + t * tok_stride + h * head_dim;
-    float a = p[i], b = p[i + half];
-    p[i] = a * c - b * s;
-    p[i + half] = b * c + a * s;
-}
-
-extern "C" tdm_status tdm_gpu_rope(tdm_gpu *g, float *x, int64_t ntok, int64_t n_head,
-                                   int64_t head_dim, int64_t tok_stride, int64_t n_rot, float base,
-                                   const int32_t *pos, tdm_error *err)
-{
-    TDM_REQUIRE(err, x && pos, "gpu rope: NULL argument");
-    TDM_REQUIRE(err, ntok > 0 && n_head > 0 && head_dim > 0 && tok_stride >= n_head * head_dim,
-                "gpu rope: bad shape ntok=%lld heads=%lld head_dim=%lld stride=%lld",
-                (long long)ntok, (long long)n_head, (long long)head_dim, (long long)tok_stride);
-    TDM_REQUIRE(err, n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim,
-                "gpu rope: n_rot=%lld must be even and <= head_dim %lld", (long long)n_rot,
-                (long long)head_dim);
-    TDM_REQUIRE(err, base > 0.0f, "gpu rope: base %g", (double)base);
-    int64_t n = ntok * n_head * (n_rot / 2);
-    TDM_LAUNCH(err, g, rope_kernel, tdm_cdiv(n, 256), 256, 0, x, ntok, n_head, head_dim, tok_stride, n_rot / 2, base,
-               pos);
-    return TDM_OK;
-}
-
-__global__ void qgate_split_kernel(const float *__restrict__ p, float *__restrict__ q,
-                                   float *__restrict__ gate, int64_t n, int64_t head_dim)
-{
-    tdm_pdl_enter();
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= n)
-        return;
-    int64_t th = idx / head_dim, i = idx % head_dim; /* th = token * n_head + head */
-    q[idx] = p[2 * th * head_dim + i];
-    gate[idx] = p[(2 * th + 1) * head_dim + i];
-}
-
-extern "C" tdm_status tdm_gpu_qgate_split(tdm_gpu *g, const float *p, float *q, float *gate,
-                                          int64_t ntok, int64_t n_head, int64_t head_dim,
-                                          tdm_error *err)
-{
-    TDM_REQUIRE(err, p && q && gate, "gpu qgate_split: NULL argument");
-    TDM_REQUIRE(err, ntok > 0 && n_head > 0 && head_dim > 0, "gpu qgate_split: bad shape");
-    int64_t n = ntok * n_head * head_dim;
-    TDM_LAUNCH(err, g, qgate_split_kernel, tdm_cdiv(n, 256), 256, 0, p, q, gate, n, head_dim);
     return TDM_OK;
 }

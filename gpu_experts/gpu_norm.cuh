@@ -1,5 +1,5 @@
-/* gpu_norm: RMSNorm (plain and gated), NeoX RoPE, the gated-attention q/gate
- * split. Private to gpu_experts/. */
+/* gpu_norm: RMSNorm (plain and gated) and the block sum other kernels
+ * share. Private to gpu_experts/. */
 #ifndef TDM_GPU_NORM_CUH
 #define TDM_GPU_NORM_CUH
 

@@ -1,8 +1,8 @@
-/* test_gpu_ops: norms, RoPE, q/gate split, KV store + attention (decode and
- * prefill, GQA, gated, positions from device memory), DeltaNet conv +
- * recurrence (decode steps, the sequential and the chunked prefill) and the
- * router, each against a float64 host reference
- * on fresh random data with NaN-poisoned outputs and odd sizes. */
+/* test_gpu_ops: norms, the attention inputs (q/k norms, RoPE, q/gate split,
+ * KV store), attention (decode and prefill, GQA, gated, positions from
+ * device memory), DeltaNet conv + recurrence (decode steps, the sequential
+ * and the chunked prefill) and the router, each against a float64 host
+ * reference on fresh random data with NaN-poisoned outputs and odd sizes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,85 +85,148 @@ static void test_rmsnorm(void **state)
     run_rmsnorm(3, 2048, 2048, true);
 }
 
-/* ---------------- RoPE ---------------- */
-static void run_rope(int64_t ntok, int64_t n_head, int64_t head_dim, int64_t stride, int64_t n_rot,
-                     float base)
+/* ---------------- attention inputs: q/k norms, RoPE, KV store ---------------- */
+static float h16(float v) { return tdm_fp16_to_fp32(tdm_fp32_to_fp16(v)); }
+
+/* RMSNorm (w) then NeoX RoPE of one head row x into out, in float64 with the
+ * float32 angles transformers computes; bound: the tolerance per channel. */
+static void ref_norm_rope(const float *x, const float *w, int64_t hd, int64_t n_rot, float base, int32_t pos,
+                          double *out, double *bound)
 {
-    float *x = frand(ntok * stride, 1.0f);
+    double ss = 0;
+    for (int64_t i = 0; i < hd; i++)
+        ss += (double)x[i] * x[i];
+    const double r = 1.0 / sqrt(ss / hd + 1e-6);
+    for (int64_t i = 0; i < hd; i++) {
+        out[i] = w[i] * (x[i] * r);
+        bound[i] = 4e-6 * fabs(out[i]) + 1e-6;
+    }
+    const int64_t half = n_rot / 2;
+    for (int64_t i = 0; i < half; i++) {
+        float inv = 1.0f / powf(base, (float)(2 * i) / (float)n_rot);
+        float ang = (float)pos * inv;
+        double c = cos((double)ang), s = sin((double)ang), a = out[i], b = out[i + half];
+        out[i] = a * c - b * s;
+        out[i + half] = b * c + a * s;
+        /* one ulp of inv_freq moves the angle by ~pos * 6e-8 */
+        bound[i] = bound[i + half] = (4e-6 + 1.2e-7 * fabs((double)pos)) * (fabs(a) + fabs(b)) + 1e-6;
+    }
+}
+
+/* ntok tokens at positions t * 7 + (0..4), row strides padded; with
+ * `stray` the last position lies past the cache (nothing stored for it, its
+ * query still rotated) and one is negative. The caches start NaN-poisoned
+ * and must hold exactly the stored rows afterwards. */
+static void run_attn_prep(int64_t ntok, int64_t H, int64_t Hkv, int64_t hd, int64_t n_rot, float base, bool gated,
+                          bool stray)
+{
+    const int64_t qs = H * hd * (gated ? 2 : 1) + 3, kvs = Hkv * hd + 5, n_ctx = ntok * 7 + 4;
+    float *q = frand(ntok * qs, 2.0f), *k = frand(ntok * kvs, 2.0f), *v = frand(ntok * kvs, 2.0f);
+    float *qw = frand(hd, 1.0f), *kw = frand(hd, 1.0f);
     int32_t *pos = malloc(sizeof(int32_t) * ntok);
     for (int64_t t = 0; t < ntok; t++)
         pos[t] = (int32_t)(t * 7 + rng_u64() % 5);
-    double *ref = dalloc(ntok * stride), *bound = dalloc(ntok * stride);
-    for (int64_t i = 0; i < ntok * stride; i++) {
-        ref[i] = x[i];
-        bound[i] = 1e-6;
+    if (stray) {
+        pos[ntok - 1] = (int32_t)(n_ctx + 5);
+        pos[0] = -3;
     }
-    int64_t half = n_rot / 2;
+    double *rq = dalloc(ntok * H * hd), *bq = dalloc(ntok * H * hd), *rk = dalloc(hd), *bk = dalloc(hd);
     for (int64_t t = 0; t < ntok; t++)
-        for (int64_t h = 0; h < n_head; h++)
-            for (int64_t i = 0; i < half; i++) {
-                /* angles in float32 as transformers computes them */
-                float inv = 1.0f / powf(base, (float)(2 * i) / (float)n_rot);
-                float ang = (float)pos[t] * inv;
-                double c = cos((double)ang), s = sin((double)ang);
-                int64_t o = t * stride + h * head_dim;
-                double a = x[o + i], b = x[o + i + half];
-                ref[o + i] = a * c - b * s;
-                ref[o + i + half] = b * c + a * s;
-                /* one ulp of inv_freq moves the angle by ~pos * 6e-8 */
-                double tol = 2e-6 + 1.2e-7 * pos[t];
-                bound[o + i] = bound[o + i + half] = tol * (fabs(a) + fabs(b)) + 1e-6;
-            }
-    float *dx = dev_upload(x, sizeof(float) * ntok * stride);
-    int32_t *dp = dev_upload(pos, sizeof(int32_t) * ntok);
-    GPU_OK(tdm_gpu_rope(g_gpu, dx, ntok, n_head, head_dim, stride, n_rot, base, dp, ERR));
-    float *y = dev_download_f32(dx, ntok * stride);
-    char what[80];
-    snprintf(what, sizeof what, "rope %lldx%lldx%lld rot %lld", (long long)ntok, (long long)n_head,
-             (long long)head_dim, (long long)n_rot);
-    check_close(what, y, ref, bound, ntok * stride, 0, 0);
-    free(x), free(pos), free(ref), free(bound), free(y);
-    dev_free(dx), dev_free(dp);
-}
-
-static void test_rope(void **state)
-{
-    (void)state;
-    run_rope(5, 32, 128, 32 * 128, 128, 1e6f);        /* Qwen3-MoE: full rotation */
-    run_rope(3, 16, 256, 16 * 256 + 40, 64, 1e7f);    /* Qwen3.5: partial, padded rows */
-    run_rope(17, 3, 32, 96, 8, 1e7f);                 /* micro model */
-}
-
-static void test_qgate_split(void **state)
-{
-    (void)state;
-    int64_t ntok = 3, nh = 5, hd = 40, n = ntok * nh * hd;
-    float *p = frand(2 * n, 1.0f);
-    float *dp = dev_upload(p, sizeof(float) * 2 * n), *dq = dev_poisoned(n), *dg = dev_poisoned(n);
-    GPU_OK(tdm_gpu_qgate_split(g_gpu, dp, dq, dg, ntok, nh, hd, ERR));
-    float *q = dev_download_f32(dq, n), *gt = dev_download_f32(dg, n);
-    for (int64_t t = 0; t < ntok; t++)
-        for (int64_t h = 0; h < nh; h++)
+        for (int64_t h = 0; h < H; h++)
+            ref_norm_rope(q + t * qs + h * hd * (gated ? 2 : 1), qw, hd, n_rot, base, pos[t],
+                          rq + (t * H + h) * hd, bq + (t * H + h) * hd);
+    const size_t cache = (size_t)Hkv * n_ctx * hd;
+    tdm_gpu_attn_in in = {.q_src = dev_upload(q, sizeof(float) * ntok * qs),
+                          .k_src = dev_upload(k, sizeof(float) * ntok * kvs),
+                          .v_src = dev_upload(v, sizeof(float) * ntok * kvs),
+                          .q_stride = qs, .kv_stride = kvs,
+                          .q_norm = dev_upload(qw, sizeof(float) * hd), .k_norm = dev_upload(kw, sizeof(float) * hd),
+                          .n_head = H, .n_kv = Hkv, .head_dim = hd, .n_rot = n_rot, .base = base, .eps = 1e-6f};
+    int32_t *dpos = dev_upload(pos, sizeof(int32_t) * ntok);
+    float *dq = dev_poisoned(ntok * H * hd), *dg = gated ? dev_poisoned(ntok * H * hd) : NULL;
+    uint16_t *kc = dev_alloc(2 * cache), *vc = dev_alloc(2 * cache);
+    GPU_OK(tdm_gpu_memset(g_gpu, kc, 0xFF, 2 * cache, ERR)); /* NaN halves */
+    GPU_OK(tdm_gpu_memset(g_gpu, vc, 0xFF, 2 * cache, ERR));
+    GPU_OK(tdm_gpu_attn_prep(g_gpu, &in, dpos, ntok, dq, dg, kc, vc, n_ctx, ERR));
+    char what[96];
+    snprintf(what, sizeof what, "attn_prep q %lldx%lldx%lld rot %lld%s%s", (long long)ntok, (long long)H,
+             (long long)hd, (long long)n_rot, gated ? " gated" : "", stray ? " stray" : "");
+    float *gq = dev_download_f32(dq, ntok * H * hd);
+    check_close(what, gq, rq, bq, ntok * H * hd, 0, 0);
+    if (gated) {
+        float *gg = dev_download_f32(dg, ntok * H * hd);
+        for (int64_t t = 0; t < ntok; t++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t i = 0; i < hd; i++)
+                    assert_true(gg[(t * H + h) * hd + i] == q[t * qs + (2 * h + 1) * hd + i]);
+        free(gg);
+    }
+    uint16_t *hk = malloc(2 * cache), *hv = malloc(2 * cache);
+    GPU_OK(tdm_gpu_sync(g_gpu, ERR));
+    GPU_OK(tdm_gpu_download(g_gpu, hk, kc, 2 * cache, ERR));
+    GPU_OK(tdm_gpu_download(g_gpu, hv, vc, 2 * cache, ERR));
+    int64_t stored = 0;
+    for (int64_t t = 0; t < ntok; t++) {
+        if (pos[t] < 0 || pos[t] >= n_ctx)
+            continue;
+        stored++;
+        for (int64_t g = 0; g < Hkv; g++) {
+            ref_norm_rope(k + t * kvs + g * hd, kw, hd, n_rot, base, pos[t], rk, bk);
             for (int64_t i = 0; i < hd; i++) {
-                int64_t o = (t * nh + h) * hd + i, src = (t * nh + h) * 2 * hd + i;
-                assert_true(q[o] == p[src]);
-                assert_true(gt[o] == p[src + hd]);
+                const size_t c = ((size_t)g * n_ctx + pos[t]) * hd + i;
+                const double got = tdm_fp16_to_fp32(hk[c]), lim = bk[i] + fabs(rk[i]) * (1.0 / 2048) + 6e-8;
+                if (!(fabs(got - rk[i]) <= lim))
+                    fail_msg("%s: key head %lld pos %d [%lld] %.9g want %.9g", what, (long long)g, pos[t],
+                             (long long)i, got, rk[i]);
+                assert_int_equal(hv[c], tdm_fp32_to_fp16(v[t * kvs + g * hd + i]));
+                hk[c] = hv[c] = 0xFFFF; /* checked */
             }
-    free(p), free(q), free(gt);
-    dev_free(dp), dev_free(dq), dev_free(dg);
+        }
+    }
+    for (size_t c = 0; c < cache; c++)
+        if (hk[c] != 0xFFFF || hv[c] != 0xFFFF)
+            fail_msg("%s: cache entry %zu written outside the stored positions", what, c);
+    printf("  %-40s %lld of %lld tokens stored\n", what, (long long)stored, (long long)ntok);
+    free(q), free(k), free(v), free(qw), free(kw), free(pos), free(rq), free(bq), free(rk), free(bk);
+    free(gq), free(hk), free(hv);
+    dev_free((void *)in.q_src), dev_free((void *)in.k_src), dev_free((void *)in.v_src);
+    dev_free((void *)in.q_norm), dev_free((void *)in.k_norm), dev_free(dpos), dev_free(dq), dev_free(dg);
+    dev_free(kc), dev_free(vc);
 }
 
-/* ---------------- KV store + attention ---------------- */
-static float h16(float v) { return tdm_fp16_to_fp32(tdm_fp32_to_fp16(v)); }
+static void test_attn_prep(void **state)
+{
+    (void)state;
+    run_attn_prep(5, 32, 4, 128, 128, 1e6f, false, false); /* Qwen3-MoE: full rotation */
+    run_attn_prep(1, 16, 2, 256, 64, 1e7f, true, false);   /* Qwen3.5 decode: partial rotation */
+    run_attn_prep(3, 16, 2, 256, 64, 1e7f, true, true);
+    run_attn_prep(17, 3, 1, 32, 8, 1e7f, false, false);   /* micro model */
+    run_attn_prep(4, 6, 3, 80, 20, 1e4f, true, true);      /* head_dim not a multiple of 32 */
+    run_attn_prep(2, 2, 1, 512, 512, 1e4f, false, false);  /* the largest head */
+    run_attn_prep(2, 5, 5, 7, 6, 100.0f, false, false);    /* tiny heads, MHA */
+    tdm_error e = {0};
+    tdm_gpu_attn_in bad = {.q_src = (float *)16, .k_src = (float *)16, .v_src = (float *)16, .q_stride = 8,
+                           .kv_stride = 8, .q_norm = (float *)16, .k_norm = (float *)16, .n_head = 1, .n_kv = 1,
+                           .head_dim = 8, .n_rot = 3, .base = 1e4f, .eps = 1e-6f};
+    void *p = (void *)16;
+    assert_int_equal(tdm_gpu_attn_prep(g_gpu, &bad, p, 1, p, NULL, p, p, 4, &e), TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+    bad.n_rot = 8;
+    bad.q_stride = 7;
+    assert_int_equal(tdm_gpu_attn_prep(g_gpu, &bad, p, 1, p, NULL, p, p, 4, &e), TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+}
+
+/* ---------------- attention ---------------- */
 
 /* Positions come from device memory: token j of the sequence sits at row
- * j; with `stray` the last query's position is beyond the cache, so its K/V
- * must not be stored anywhere and its output row must be zeros. */
+ * j; with `stray` the last query's position is beyond the cache (its K/V
+ * row is not there) and its output row must be zeros. */
 static void run_attention(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ctx, int64_t pos0,
                           int64_t ntok, bool gated, bool stray)
 {
     int64_t total = pos0 + ntok, kvw = n_kv * hd;
-    /* all K/V rows 0..total-1; rows before pos0 are stored by an earlier call */
+    /* K/V rows 0..total-1, the queries are the last ntok */
     float *k = frand(total * kvw, 1.0f), *v = frand(total * kvw, 1.0f);
     float *q = frand(ntok * n_head * hd, 1.0f), *gate = frand(ntok * n_head * hd, 2.0f);
     int32_t *pos = malloc(sizeof(int32_t) * total);
@@ -204,25 +267,18 @@ static void run_attention(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ct
                 bound[oi] = 2e-5 * a + 2e-6;
             }
         }
-    uint16_t *kc = dev_alloc(2 * n_kv * n_ctx * hd), *vc = dev_alloc(2 * n_kv * n_ctx * hd);
-    GPU_OK(tdm_gpu_memset(g_gpu, kc, 0xFF, 2 * n_kv * n_ctx * hd, ERR)); /* NaN halves */
-    GPU_OK(tdm_gpu_memset(g_gpu, vc, 0xFF, 2 * n_kv * n_ctx * hd, ERR));
-    float *dk = dev_upload(k, sizeof(float) * total * kvw), *dv = dev_upload(v, sizeof(float) * total * kvw);
-    int32_t *dpos = dev_upload(pos, sizeof(int32_t) * total);
-    if (pos0 > 0)
-        GPU_OK(tdm_gpu_kv_store(g_gpu, dk, dv, kvw, kc, vc, n_kv, hd, n_ctx, dpos, pos0, ERR));
-    GPU_OK(tdm_gpu_kv_store(g_gpu, dk + pos0 * kvw, dv + pos0 * kvw, kvw, kc, vc, n_kv, hd, n_ctx,
-                            dpos + pos0, ntok, ERR));
-    /* the cache holds exactly the fp16 of every stored value and nothing else */
-    int64_t stored = stray ? total - 1 : total;
-    uint16_t *hk = malloc(2 * n_kv * n_ctx * hd);
-    GPU_OK(tdm_gpu_sync(g_gpu, ERR));
-    GPU_OK(tdm_gpu_download(g_gpu, hk, kc, 2 * n_kv * n_ctx * hd, ERR));
+    /* the caches: fp16 rows of the stored positions, NaN halves elsewhere */
+    const int64_t stored = stray ? total - 1 : total;
+    uint16_t *hk = malloc(2 * n_kv * n_ctx * hd), *hv = malloc(2 * n_kv * n_ctx * hd);
     for (int64_t j = 0; j < n_ctx; j++)
         for (int64_t g = 0; g < n_kv; g++)
-            for (int64_t i = 0; i < hd; i++)
-                assert_int_equal(hk[(g * n_ctx + j) * hd + i],
-                                 j < stored ? tdm_fp32_to_fp16(k[j * kvw + g * hd + i]) : 0xFFFF);
+            for (int64_t i = 0; i < hd; i++) {
+                const int64_t c = (g * n_ctx + j) * hd + i;
+                hk[c] = j < stored ? tdm_fp32_to_fp16(k[j * kvw + g * hd + i]) : 0xFFFF;
+                hv[c] = j < stored ? tdm_fp32_to_fp16(v[j * kvw + g * hd + i]) : 0xFFFF;
+            }
+    uint16_t *kc = dev_upload(hk, 2 * n_kv * n_ctx * hd), *vc = dev_upload(hv, 2 * n_kv * n_ctx * hd);
+    int32_t *dpos = dev_upload(pos, sizeof(int32_t) * total);
     float *dq = dev_upload(q, sizeof(float) * ntok * n_head * hd);
     float *dg = dev_upload(gate, sizeof(float) * ntok * n_head * hd);
     /* without scratch (one block per query head), then with it twice (the
@@ -244,8 +300,8 @@ static void run_attention(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ct
         dev_free(dout);
     }
     dev_free(scratch);
-    free(k), free(v), free(q), free(gate), free(pos), free(ref), free(bound), free(sc), free(hk);
-    dev_free(kc), dev_free(vc), dev_free(dk), dev_free(dv), dev_free(dpos), dev_free(dq), dev_free(dg);
+    free(k), free(v), free(q), free(gate), free(pos), free(ref), free(bound), free(sc), free(hk), free(hv);
+    dev_free(kc), dev_free(vc), dev_free(dpos), dev_free(dq), dev_free(dg);
 }
 
 static void test_attention(void **state)
@@ -612,8 +668,8 @@ static void test_copy_stream(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_qgate_split), cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_attn_prep),
+        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_ssm_conv),  cmocka_unit_test(test_deltanet),
         cmocka_unit_test(test_deltanet_chunked),
         cmocka_unit_test(test_router),    cmocka_unit_test(test_copy_stream),
