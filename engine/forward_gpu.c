@@ -99,6 +99,7 @@ struct tdm_forward_gpu {
     tdm_expert_device *sdev;   /* the cache's slot device */
     int32_t *slot_of;          /* device [n_layer][n_expert] mirror of the published residency */
     uint64_t res_version;      /* of the mirrored table */
+    bool *full;                /* [n_layer] MoE layers holding every expert: no hand-off launches */
     uint32_t *hstate;          /* device [TDM_GPU_HANDOFF_WORDS] */
     uint32_t hstate_host[TDM_GPU_HANDOFF_WORDS];
     tdm_gpu_handoff ho;
@@ -367,6 +368,7 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f)
         tdm_gpu_host_unregister(f->g, f->reg_base);
     tdm_gpu_slot_device_free(f->sdev);
     free(f->pass_ids);
+    free(f->full);
     free(f->st_map_host);
     free(f->st_experts);
     free(f->st_layer);
@@ -515,6 +517,34 @@ static tdm_status register_experts(tdm_forward_gpu *f, tdm_error *err)
     return TDM_OK;
 }
 
+/* The device mirror of the published residency, and which MoE layers hold
+ * every expert: those skip the hand-off (no publish, no merge launch). A
+ * change to that set drops the recorded decode graph, whose launches follow
+ * it; the next decode step records it again. */
+static tdm_status mirror_residency(tdm_forward_gpu *f, tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    const tdm_expert_cache *c = tdm_executor_cache(f->ex);
+    const int32_t *res = tdm_expert_cache_residency(c);
+    const size_t E = (size_t)hp->n_expert;
+    TRY(tdm_gpu_upload(f->g, f->slot_of, res, (size_t)hp->n_layer * E * sizeof(int32_t), err));
+    f->res_version = tdm_expert_cache_version(c);
+    const bool slots = tdm_expert_cache_n_slots(c) > 0;
+    bool changed = false;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        bool full = slots && tdm_model_layer(f->m, il)->ffn == TDM_FFN_MOE;
+        for (size_t e = 0; e < E && full; e++)
+            full = res[(size_t)il * E + e] >= 0;
+        changed |= full != f->full[il];
+        f->full[il] = full;
+    }
+    if (changed) {
+        tdm_gpu_graph_free(f->graph);
+        f->graph = NULL;
+    }
+    return TDM_OK;
+}
+
 /* After every other allocation: the expert cache (slot arena, filled by the
  * policy), the pool with its mailbox in mapped memory, the residency mirror,
  * the hand-off descriptor and, when some experts will miss, the direct
@@ -568,9 +598,11 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     TRY(tdm_executor_new(f->m, &p, &f->ex, err));
     tdm_expert_cache *c = tdm_executor_cache(f->ex);
     f->bytes += (size_t)tdm_expert_cache_n_slots(c) * tdm_expert_cache_slot_bytes(c); /* the arena */
-    TRY(tdm_gpu_upload(f->g, f->slot_of, tdm_expert_cache_residency(c), cells * sizeof(int32_t), err));
+    f->full = calloc((size_t)hp->n_layer, sizeof(bool));
+    if (!f->full)
+        return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: layer flags");
+    TRY(mirror_residency(f, err));
     TRY(tdm_gpu_memset(f->g, f->hstate, 0, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), err));
-    f->res_version = tdm_expert_cache_version(c);
     for (int32_t il = 0; il < hp->n_layer; il++)
         if (tdm_model_layer(f->m, il)->ffn == TDM_FFN_MOE && tdm_expert_cache_arena(c))
             f->L[il].table.arena = tdm_expert_cache_arena(c);
@@ -999,7 +1031,7 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         const bool direct = f->ex && direct_batch(f, n);
         if (direct)
             moe.direct = &gl->direct;
-        if (f->ex && !f->streaming)
+        if (f->ex && !f->streaming && !f->full[il])
             TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, direct, err));
     }
     TRY(moe_run(f, &moe, ids, wts, n, k, err));
@@ -1007,7 +1039,7 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         return TDM_OK;
     if (f->streaming)
         return stream_layer(f, gl, il, ids, wts, n, err);
-    return tdm_gpu_handoff_merge(f->g, &f->ho, f->x, n, err);
+    return f->full[il] ? TDM_OK : tdm_gpu_handoff_merge(f->g, &f->ho, f->x, n, err);
 }
 
 /* ---- driver ---- */
@@ -1072,12 +1104,8 @@ static tdm_status hybrid_begin(tdm_forward_gpu *f, tdm_error *err)
         return TDM_OK;
     uint64_t v;
     TRY(tdm_executor_gpu_begin(f->ex, &v, err));
-    if (v != f->res_version) {
-        const tdm_hparams *hp = f->hp;
-        TRY(tdm_gpu_upload(f->g, f->slot_of, tdm_expert_cache_residency(tdm_executor_cache(f->ex)),
-                           (size_t)hp->n_layer * (size_t)hp->n_expert * sizeof(int32_t), err));
-        f->res_version = v;
-    }
+    if (v != f->res_version)
+        TRY(mirror_residency(f, err));
     const int32_t q = tdm_executor_direct_quota(f->ex);
     if (f->reg_base && q != f->quota_host) {
         TRY(tdm_gpu_upload(f->g, f->hstate + TDM_GPU_HANDOFF_QUOTA, &q, sizeof q, err));
