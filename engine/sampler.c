@@ -330,16 +330,42 @@ static int32_t apply_top_p(tdm_sampler *s, int32_t *c, int32_t n, float top_p, f
     return k;
 }
 
+/* Argmax in blocks: each block's largest through ARGMAX_LANES independent
+ * running maxima (a fixed-count loop the compiler vectorises), the first
+ * block holding the overall largest, then its first element equal to it.
+ * One compare-and-select chain over the whole vocabulary instead cost ~0.3
+ * ms per token at 248k logits (its latency, not the memory). */
+#define ARGMAX_BLOCK 64
+#define ARGMAX_LANES 8
+
 int32_t tdm_sampler_argmax(const float *logits, int32_t n)
 {
-    int32_t best = 0;
     float bv = -INFINITY;
-    for (int32_t i = 0; i < n; i++) {
+    int32_t block = -1, i = 0;
+    for (; i + ARGMAX_BLOCK <= n; i += ARGMAX_BLOCK) {
+        float m[ARGMAX_LANES];
+        for (int j = 0; j < ARGMAX_LANES; j++)
+            m[j] = -INFINITY;
+        for (int k = 0; k < ARGMAX_BLOCK; k += ARGMAX_LANES)
+            for (int j = 0; j < ARGMAX_LANES; j++) /* NaN compares false: never taken */
+                m[j] = logits[i + k + j] > m[j] ? logits[i + k + j] : m[j];
+        float b = m[0];
+        for (int j = 1; j < ARGMAX_LANES; j++)
+            b = m[j] > b ? m[j] : b;
+        if (b > bv) { /* strictly: an equal block later does not move the choice */
+            bv = b;
+            block = i;
+        }
+    }
+    int32_t best = 0;
+    if (block >= 0)
+        for (best = block; logits[best] != bv; best++)
+            ;
+    for (; i < n; i++)
         if (logits[i] > bv) {
             bv = logits[i];
             best = i;
         }
-    }
     return best;
 }
 

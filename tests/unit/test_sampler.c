@@ -355,7 +355,23 @@ static void test_large_vocab_top_p(void **state)
     free(l);
 }
 
-/* The shared greedy pick: lowest id on ties, NaN never chosen. */
+/* The rule, one logit at a time. */
+static int32_t ref_argmax(const float *l, int32_t n)
+{
+    int32_t best = 0;
+    float bv = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (l[i] > bv) {
+            bv = l[i];
+            best = i;
+        }
+    return best;
+}
+
+/* The shared greedy pick: lowest id on ties, NaN never chosen; then random
+ * vectors of every length up to 300 and a vocabulary-sized one, with the
+ * largest value repeated (inside one block, across blocks, in the tail),
+ * NaN and -inf sprinkled, and all -inf/NaN. */
 static void test_argmax_rules(void **state)
 {
     (void)state;
@@ -365,6 +381,34 @@ static void test_argmax_rules(void **state)
     assert_int_equal(tdm_sampler_argmax(nan_first, 4), 3);
     const float none[3] = {-INFINITY, NAN, -INFINITY};
     assert_int_equal(tdm_sampler_argmax(none, 3), 0);
+    enum { BIG = 248321 };
+    float *l = malloc(sizeof(float) * BIG);
+    assert_non_null(l);
+    for (int32_t n = 1; n <= BIG; n = n < 300 ? n + 1 : BIG + 1) {
+        const int32_t len = n <= 300 ? n : BIG;
+        for (int rep = 0; rep < 4; rep++) {
+            random_logits(l, len, 4.0);
+            for (int32_t i = 0; i < len; i++) {
+                const double u = urand();
+                if (u < 0.02)
+                    l[i] = NAN;
+                else if (u < 0.04)
+                    l[i] = -INFINITY;
+            }
+            const int32_t a = (int32_t)(urand() * len), b = (int32_t)(urand() * len);
+            if (rep == 1) /* the largest twice */
+                l[a] = l[b] = 100.0f;
+            else if (rep == 2) /* everything -inf or NaN */
+                for (int32_t i = 0; i < len; i++)
+                    l[i] = i % 3 ? -INFINITY : NAN;
+            else if (rep == 3) /* the largest in the last (partial) block and earlier */
+                l[len - 1] = l[a] = 50.0f;
+            const int32_t want = ref_argmax(l, len), got = tdm_sampler_argmax(l, len);
+            if (got != want)
+                fail_msg("argmax of %d logits (case %d): %d, want %d", len, rep, got, want);
+        }
+    }
+    free(l);
 }
 
 int main(void)
