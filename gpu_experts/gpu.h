@@ -225,7 +225,7 @@ tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc, con
  * u: [ntok][channels] pre-conv inputs; w: [channels][kernel] (GGUF ssm_conv1d,
  * tap kernel-1 multiplies the current token); state: [kernel-1][channels],
  * the previous kernel-1 inputs, oldest first, updated in place;
- * y: [ntok][channels] (may be u when ntok is 1). kernel in 2..8. */
+ * y: [ntok][channels]. kernel in 2..8. */
 tdm_status tdm_gpu_ssm_conv(tdm_gpu *g, const float *u, const float *w, float *state, float *y,
                             int64_t ntok, int64_t channels, int64_t kernel, tdm_error *err);
 

@@ -1,5 +1,5 @@
-/* gpu_attn: the attention inputs (q/k norms, RoPE, fp16 KV store) and causal GQA attention (plain and gated).
- * Private to gpu_experts/. */
+/* gpu_attn: the attention inputs (q/k norms, RoPE, fp16 KV store) and causal
+ * GQA attention (plain and gated). Private to gpu_experts/. */
 #ifndef TDM_GPU_ATTN_CUH
 #define TDM_GPU_ATTN_CUH
 

@@ -8,7 +8,7 @@
 #define NORM_THREADS 256
 #define NORM_VEC 2 /* float4s per thread of a row kept in registers: rows up to 2048 */
 
-/* Sum over the block (NORM_THREADS threads); every thread gets the result. */
+/* Sum over the block (any whole number of warps); every thread gets the result. */
 __device__ __forceinline__ float tdm_block_sum(float v, float *red /* [32] shared */)
 {
     v = tdm_warp_sum(v);
