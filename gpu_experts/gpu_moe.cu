@@ -115,13 +115,26 @@ __host__ __device__ __forceinline__ int moe_pitch(int64_t n) { return (int)((n +
 
 /* The int8 copy of h that gate_up writes for down, after the float rows
  * (gpu.h, tdm_gpu_moe_h_bytes): rows [sel][pitch] (each swizzled on its
- * own, as tdm_xq_fill) and their scales and sums [sel][pitch / 32]. */
-static tdm_xq moe_hq_of(const float *h, int64_t rows, int64_t h_stride)
+ * own, as tdm_xq_fill) at byte q_off of h, their scales and sums
+ * [sel][pitch / 32] at s_off. */
+struct moe_hq_layout {
+    size_t q_off, s_off;
+    int pitch;
+};
+
+static moe_hq_layout moe_hq_of(int64_t rows, int64_t h_stride)
 {
-    const int8_t *q = (const int8_t *)h + tdm_gpu_moe_h_float_bytes(h_stride, rows);
+    const size_t q = tdm_gpu_moe_h_float_bytes(h_stride, rows);
     const int pitch = moe_pitch(h_stride);
-    return {q, (const uint2 *)(q + (size_t)rows * pitch), pitch};
+    return {q, q + (size_t)rows * pitch, pitch};
 }
+
+/* gate_up's writable view of it. */
+struct moe_hq_out {
+    int8_t *q;
+    uint2 *s;
+    int pitch;
+};
 
 /* Quantises one group of 32 h values (lane i: element i) into row hq of the
  * int8 copy at group gi, exactly as tdm_xq_fill would. One warp calls it. */
@@ -151,7 +164,7 @@ __device__ __forceinline__ void moe_quantise_group(float v, int8_t *hq, uint2 *h
  * int8 activations, as one int8 group to h's int8 copy (GU_TILE = 32). */
 __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
     moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int32_t *__restrict__ ids,
-                       int k, int ntok, float *__restrict__ h, tdm_xq hq, int chunk)
+                       int k, int ntok, float *__restrict__ h, moe_hq_out hq, int chunk)
 {
     extern __shared__ __align__(128) int4 moe_smem[]; /* q [pitch] int8, s [pitch / 32] */
     __shared__ float hv[GU_TILE];
@@ -232,7 +245,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
         return;
     __syncthreads();
     if (warp == 0)
-        moe_quantise_group(hv[lane], (int8_t *)hq.q + hrow * hq.pitch, (uint2 *)hq.s + hrow * (hq.pitch / 32),
+        moe_quantise_group(hv[lane], hq.q + hrow * hq.pitch, hq.s + hrow * (hq.pitch / 32),
                            tile0 / 32);
 }
 
@@ -444,8 +457,9 @@ extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L
     const int chunk = moe_chunk(a.n_embd), nsel = (int)(ntok * (k + a.has_shared));
     dim3 grid(tdm_cdiv(a.h_stride, GU_TILE), (unsigned)nsel);
     size_t smem = (size_t)moe_pitch(chunk) / 32 * (32 + sizeof(uint2));
-    TDM_LAUNCH(err, g, moe_gate_up_kernel, grid, GU_WARPS * 32, smem, a, x, ids, (int)k, (int)ntok, h,
-               moe_hq_of(h, nsel, a.h_stride), chunk);
+    const moe_hq_layout lay = moe_hq_of(nsel, a.h_stride);
+    const moe_hq_out hq = {(int8_t *)h + lay.q_off, (uint2 *)((int8_t *)h + lay.s_off), lay.pitch};
+    TDM_LAUNCH(err, g, moe_gate_up_kernel, grid, GU_WARPS * 32, smem, a, x, ids, (int)k, (int)ntok, h, hq, chunk);
     return TDM_OK;
 }
 
@@ -461,7 +475,9 @@ extern "C" tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, c
     const int64_t nsel = ntok * (k + a.has_shared);
     const int tile = moe_tile_of(g);
     dim3 grid(tdm_cdiv(a.n_embd, tile), (unsigned)ntok);
-    TDM_LAUNCH(err, g, moe_down_kernel, grid, DN_WARPS * 32, 0, a, h, moe_hq_of(h, nsel, a.h_stride), ids,
-               weights, (int)k, add, y, accumulate ? 1 : 0, tile);
+    const moe_hq_layout lay = moe_hq_of(nsel, a.h_stride);
+    const tdm_xq hq = {(const int8_t *)h + lay.q_off, (const uint2 *)((const int8_t *)h + lay.s_off), lay.pitch};
+    TDM_LAUNCH(err, g, moe_down_kernel, grid, DN_WARPS * 32, 0, a, h, hq, ids, weights, (int)k, add, y,
+               accumulate ? 1 : 0, tile);
     return TDM_OK;
 }
