@@ -65,7 +65,11 @@ void tdm_gpu_release_host(tdm_gpu *g, void *hptr);
  * must call tdm_gpu_host_unregister(g, p) before the memory goes away and
  * before tdm_gpu_free. TDM_ERR_UNSUPPORTED when the device or the memory
  * cannot be registered. Anonymous huge pages register fast (2 GiB in 0.04 s
- * on the H200 host); a file mapping can take minutes (docs/EXECUTOR.md). */
+ * on the H200 host); a file mapping can take minutes (docs/EXECUTOR.md).
+ * The widened pages must hold nothing else the caller copies with
+ * tdm_gpu_upload/download: a copy from heap memory sharing a page with the
+ * registered range failed with cudaErrorInvalidValue on the H200 (give the
+ * range pages of its own, e.g. an mmap or a page-multiple allocation). */
 tdm_status tdm_gpu_host_register(tdm_gpu *g, const void *p, size_t bytes, const void **dev, tdm_error *err);
 void tdm_gpu_host_unregister(tdm_gpu *g, const void *p);
 

@@ -180,12 +180,13 @@ static void run_moe_tile(const moe_case *c)
         taken[i] = !miss || (c->direct > 0 && before < quota);
         before += miss;
     }
-    /* direct: every expert's matrices back to back per kind, in page-aligned
-     * host memory registered with the device (as the model's mapping) */
+    /* direct: every expert's matrices back to back per kind, in host memory
+     * of whole pages of its own registered with the device (as the model's
+     * copy of its experts; gpu.h: no other heap data in the registered pages) */
     uint8_t *hostw = NULL;
     tdm_gpu_direct_experts dir = {0};
     if (c->direct > 0) {
-        size_t total = (gb + ub + db) * (size_t)E;
+        const size_t total = ((gb + ub + db) * (size_t)E + 4095) & ~(size_t)4095;
         assert_int_equal(posix_memalign((void **)&hostw, 4096, total), 0);
         for (int64_t e = 0; e < E; e++) {
             memcpy(hostw + e * gb, ex[e].gate.q, gb);
