@@ -355,6 +355,42 @@ static void test_large_vocab_top_p(void **state)
     free(l);
 }
 
+/* top-k keeps the k best by (logit, then lower id): over 1000 logits (whole
+ * blocks of the streaming pass and a tail) the heap fills at once with ties
+ * (ids 0-5), later blocks and the tail bring larger logits that must enter
+ * and equal ones that must not, NaN is sprinkled; only the kept ids are
+ * ever drawn and each of them is. */
+static void test_top_k_set(void **state)
+{
+    (void)state;
+    enum { N = 1000, DRAWS = 3000 };
+    float l[N];
+    for (int i = 0; i < N; i++)
+        l[i] = (float)urand();
+    l[5 + 64] = l[333] = NAN;
+    for (int i = 0; i < 6; i++)
+        l[i] = 4.5f;
+    const int larger[] = {70, 700, 900, 990}; /* 990: in the tail */
+    for (int i = 0; i < 4; i++)
+        l[larger[i]] = 5.0f;
+    l[300] = l[980] = 4.5f; /* ties with later ids: never kept */
+    tdm_sampler_params p = plain(1.0f);
+    p.top_k = 6;
+    tdm_sampler *s = new_sampler(N, p);
+    int seen[N] = {0};
+    for (int d = 0; d < DRAWS; d++)
+        seen[tdm_sampler_sample(s, l)]++;
+    const int kept[] = {0, 1, 70, 700, 900, 990};
+    int total = 0;
+    for (int i = 0; i < 6; i++) {
+        if (seen[kept[i]] == 0)
+            fail_msg("top-k: id %d never drawn", kept[i]);
+        total += seen[kept[i]];
+    }
+    assert_int_equal(total, DRAWS);
+    tdm_sampler_free(s);
+}
+
 /* The rule, one logit at a time. */
 static int32_t ref_argmax(const float *l, int32_t n)
 {
@@ -415,7 +451,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_is_argmax), cmocka_unit_test(test_reproducible),
-        cmocka_unit_test(test_argmax_rules),
+        cmocka_unit_test(test_argmax_rules),     cmocka_unit_test(test_top_k_set),
         cmocka_unit_test(test_penalties),        cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_chi_square),       cmocka_unit_test(test_large_vocab_top_p),
     };
