@@ -218,11 +218,11 @@ static tdm_status run_job(tdm_pool *p, tdm_error *err)
     const uint64_t eb = L->gate_exps.mat_bytes + L->up_exps.mat_bytes + L->down_exps.mat_bytes;
     for (int32_t t = 0; t < n; t++)
         for (int32_t i = 0; i < k; i++) {
-            const int32_t e = mb->ids[(size_t)t * k + i];
+            const int32_t id = mb->ids[(size_t)t * k + i], e = id & ~TDM_MAILBOX_HELD;
             if (e < 0 || e >= E)
                 return tdm_error_set(err, TDM_ERR_INVALID, "pool: layer %d token %d: expert %d out of range",
                                      il, t, e);
-            if ((res && res[(size_t)il * E + e] >= 0) || skip-- > 0)
+            if (id != e || (res && res[(size_t)il * E + e] >= 0) || skip-- > 0)
                 continue;
             p->sel[nm++] = (tdm_expert_sel){t, e, mb->weights[(size_t)t * k + i]};
             if (!p->seen[e]) {

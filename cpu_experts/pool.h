@@ -38,6 +38,11 @@
 #include "status.h"
 #include "topology.h"
 
+/* An id in the mailbox with this bit set is a selection the device holds
+ * itself (e.g. an expert it prefetched): the pool skips it, whatever the
+ * residency table says; the bit is not part of the id. */
+#define TDM_MAILBOX_HELD ((int32_t)1 << 30)
+
 /* The shared hand-off block. The flags sit on their own cache lines. */
 typedef struct tdm_mailbox {
     _Alignas(64) _Atomic uint32_t dev_seq;   /* device -> pool: number of the job published */
@@ -48,7 +53,7 @@ typedef struct tdm_mailbox {
     _Alignas(64) int32_t layer;
     int32_t n_tok;                           /* <= max_tok */
     int32_t k;                               /* ids per token (the model's n_expert_used) */
-    int32_t *ids;                            /* [max_tok][k] top-k expert ids */
+    int32_t *ids;                            /* [max_tok][k] top-k expert ids (| TDM_MAILBOX_HELD) */
     float *weights;                          /* [max_tok][k] their weights */
     float *x;                                /* [max_tok][n_embd] routed activation (normed) */
     int32_t direct;                          /* the first `direct` missed selections (in [t][i] order)

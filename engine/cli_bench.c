@@ -32,6 +32,7 @@ const char tdm_cli_bench_help[] =
     "                    [--gpu-mem LIST] [--fill LIST] [--profile P.json] [--validate]\n"
     "                    [--hit-curve F | --zipf S] [--membw [GBPS]] [--json FILE] [--plot]\n"
     "                    [--expert-memory auto|map|copy] [--stream-min N] [--zero-copy N|auto]\n"
+    "                    [--prefetch N]\n"
     "       tandem bench --revalidate FILE.json [-m MODEL | --preset NAME] [--vram-efficiency F]\n"
     "                    [--efficiency F] [--hit-curve F | --zipf S]\n"
     "       tandem bench --project [-m MODEL | --preset NAME] [projection options]\n"
@@ -52,11 +53,13 @@ const char tdm_cli_bench_help[] =
     "  --adapt-every N   tokens between adaptive swaps (default: the policy's)\n"
     "  --expert-memory M auto (default), map or copy: the CPU reads the experts from the file\n"
     "                    mapping, or from a copy in huge-page memory (tdm_model_copy_experts);\n"
-    "                    auto copies when the GPU takes a direct share (--zero-copy)\n"
+    "                    auto copies when the GPU reads host memory (--zero-copy, --prefetch)\n"
     "  --stream-min N    hybrid: prompt batches of >= N tokens stream missed experts to the GPU\n"
     "                    (default 64; 0: never, the CPU pool computes every miss)\n"
     "  --zero-copy N     hybrid decode: missed experts per layer the GPU reads from host\n"
     "                    memory itself (default auto: tuned on the step time; 0: off)\n"
+    "  --prefetch N      hybrid decode: predicted misses per layer the GPU reads into spare\n"
+    "                    slots during the layer's attention (default 2; 0: off)\n"
     "  --validate        hybrid: print projected against measured decode tok/s per point\n"
     "  --hit-curve F     hit-rate curve of the projection (a profile, cachesim JSON or CSV, as\n"
     "                    --project); default Zipf (--zipf S, 0.5); the layer fill is projected\n"
@@ -171,6 +174,8 @@ static bool parse_value(bench_opts *o, const char *a, const char *v, bool *bad)
     }
     else if (!strcmp(a, "--zero-copy"))
         *bad = !tdm_cli_parse_zero_copy(v, &o->zero_copy);
+    else if (!strcmp(a, "--prefetch"))
+        *bad = !tdm_cli_parse_i32(v, 0, 64, &o->prefetch);
     else if (!strcmp(a, "--membw"))
         *bad = !tdm_cli_parse_double(v, 1e-9, 1e5, &o->membw);
     else if (!strcmp(a, "--zipf"))
@@ -404,7 +409,8 @@ int tdm_cli_bench(int argc, char **argv)
             return 0;
         }
     bench_opts o = {.prompts = {512, 4096}, .n_prompts = 2, .gen = 256, .n_gpu_mem = 4,
-                    .gpu_mem = {8, 12, 16, 24}, .measure = true, .zipf = -1, .zero_copy = -1};
+                    .gpu_mem = {8, 12, 16, 24}, .measure = true, .zipf = -1, .zero_copy = -1,
+                    .prefetch = -1};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc;
@@ -435,7 +441,8 @@ int tdm_cli_bench(int argc, char **argv)
     tdm_status st = c.runs && c.skipped ? tdm_model_load(o.model, &model, &err)
                                         : tdm_error_set(&err, TDM_ERR_OOM, "runs");
     if (!st) /* hybrid or the CPU path: the CPU reads the experts either way */
-        st = tdm_cli_place_experts(model, o.expert_memory, true, c.hybrid && o.zero_copy != 0, &err);
+        st = tdm_cli_place_experts(model, o.expert_memory, true, c.hybrid && (o.zero_copy != 0 || o.prefetch != 0),
+                                   &err);
     if (!st)
         st = run_bench(&c, model, path, sizeof path, &err);
     tdm_profile_free(c.prof);

@@ -154,6 +154,12 @@ static void run_json_hybrid(cJSON *x, const bench_run *r)
     add_num_or_null(x, "direct_fraction_of_misses",
                     r->dec.misses > 0 ? (double)r->dec.direct / (double)r->dec.misses : 0.0, hy);
     add_num_or_null(x, "direct_share", r->dec.direct_quota, hy);
+    add_num_or_null(x, "prefetch_mb_per_token", (double)r->dec.prefetch_bytes / n / 1e6, hy);
+    add_num_or_null(x, "prefetch_fraction_of_misses",
+                    r->dec.misses > 0 ? (double)r->dec.prefetched / (double)r->dec.misses : 0.0, hy);
+    add_num_or_null(x, "prefetch_used_fraction",
+                    r->dec.prefetch_staged > 0 ? (double)r->dec.prefetched / (double)r->dec.prefetch_staged : 0.0,
+                    hy);
     add_num_or_null(x, "swaps", (double)r->dec.swaps, hy);
     add_num_or_null(x, "cpu_bytes_per_token", r->cpu_bytes, hy);
     add_num_or_null(x, "gpu_bytes_per_token", r->gpu_bytes, hy);

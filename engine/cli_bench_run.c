@@ -80,6 +80,10 @@ static tdm_executor_stats stats_delta(const tdm_executor_stats *after, const tdm
     d.pool_bytes -= before->pool_bytes;
     d.direct -= before->direct;
     d.direct_bytes -= before->direct_bytes;
+    d.prefetched -= before->prefetched;
+    d.prefetched_bytes -= before->prefetched_bytes;
+    d.prefetch_staged -= before->prefetch_staged;
+    d.prefetch_bytes -= before->prefetch_bytes;
     d.swaps -= before->swaps;
     d.bytes_moved -= before->bytes_moved;
     return d;
@@ -199,6 +203,7 @@ static void hybrid_params(const bench_ctx *c, const bench_run *r, tdm_executor_p
     go.adapt_every = c->o->adapt_every;
     go.stream_min = c->o->stream_min;
     go.zero_copy = c->o->zero_copy;
+    go.prefetch = c->o->prefetch;
     const cli_gen_ctx gc = {.topo = c->topo, .prof = r->fill == FILL_LAYER ? NULL : c->prof};
     cli_gen_executor_params(&go, &gc, p);
 }
@@ -354,8 +359,10 @@ static void hybrid_bound(bench_ctx *c)
         const double ctx = r->prompt + r->decoded / 2.0;
         r->hit = run_hit_rate(r);
         r->dram_gbps = c->dram_gbps[thread_index(c->o, r->threads)];
-        /* every missed byte leaves host DRAM, through the pool or the GPU's direct share */
-        r->cpu_bytes = (double)(r->dec.pool_bytes + r->dec.direct_bytes) / r->decoded;
+        /* every missed byte leaves host DRAM, through the pool, the GPU's direct share or its
+         * prefetch (the bytes the misses need: prefetched experts that were not selected are not
+         * counted) */
+        r->cpu_bytes = (double)(r->dec.pool_bytes + r->dec.direct_bytes + r->dec.prefetched_bytes) / r->decoded;
         r->gpu_bytes = tdm_bench_gpu_bytes(&c->pm, r->hit, ctx);
         tdm_bench_bound_compute(r->cpu_bytes, r->dram_gbps, r->gpu_bytes, c->vram_gbps, &r->bound);
         bench_project_run(c, r, i);

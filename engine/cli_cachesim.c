@@ -23,7 +23,7 @@ const char tdm_cli_cachesim_help[] =
     "  --policy P       static|layer|adaptive|lru|lfu|oracle|all (default all; static\n"
     "                   needs --profile; without one, all skips it)\n"
     "  --profile P      profile of the same model: fills static, and adaptive/lru/lfu\n"
-    "                   start from it (layer order without it)\n"
+    "                   start from it (whole layers without it, even ones first)\n"
     "  --per-layer      each layer owns N / n_layer slots (default: one global pool)\n"
     "  --adapt-every N, --adapt-swaps M, --adapt-decay D, --adapt-hysteresis H\n"
     "                   adaptive policy parameters (defaults 8, 2, 0.98, 0.25)\n"

@@ -37,6 +37,7 @@ void cli_gen_opts_init(cli_gen_opts *o)
     o->policy = -1;
     o->adapt_swaps = -1;
     o->zero_copy = -1;
+    o->prefetch = -1;
 }
 
 /* --gpu-mem: a size with its unit (12G, 11500M), or a bare number of GiB as
@@ -78,6 +79,8 @@ bool cli_gen_cache_option(const char *a, const char *v, cli_gen_opts *o, bool *o
         *ok = tdm_cli_parse_long(v, 0, 1 << 24, &l), o->stream_min = l ? (int32_t)l : -1;
     else if (!strcmp(a, "--zero-copy"))
         *ok = tdm_cli_parse_zero_copy(v, &o->zero_copy);
+    else if (!strcmp(a, "--prefetch"))
+        *ok = tdm_cli_parse_long(v, 0, 64, &l), o->prefetch = (int32_t)l;
     else
         return false;
     if (!v)
@@ -181,6 +184,7 @@ void cli_gen_executor_params(const cli_gen_opts *o, const cli_gen_ctx *c, tdm_ex
     p->adapt_decay = o->adapt_decay;
     p->stream_min = o->stream_min;
     p->direct = o->zero_copy;
+    p->prefetch = o->prefetch;
     p->per_layer = o->policy == TDM_CACHE_ADAPTIVE && !c->prof;
     p->learn = c->learn;
 }
@@ -238,7 +242,8 @@ static tdm_status open_session(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error 
     const bool hybrid = o->emulate || (dev == TDM_DEVICE_CUDA && wants_hybrid(o, c));
     /* the CPU reads the experts in a hybrid or CPU run; the GPU takes a direct share on a real GPU */
     const tdm_status cs = tdm_cli_place_experts(c->model, o->expert_memory, hybrid || dev == TDM_DEVICE_CPU,
-                                                hybrid && !o->emulate && o->zero_copy != 0, err);
+                                                hybrid && !o->emulate && (o->zero_copy != 0 || o->prefetch != 0),
+                                                err);
     if (cs)
         return cs;
     if (!hybrid)

@@ -39,6 +39,7 @@ typedef struct cli_gen_opts {
     float adapt_decay;      /* --adapt-decay F; 0: the policy default */
     int32_t stream_min;     /* --stream-min N; 0: the default, -1 (--stream-min 0): never */
     int32_t zero_copy;      /* --zero-copy N|auto: the direct share (executor.h); -1: auto */
+    int32_t prefetch;       /* --prefetch N: decode prefetch slots (executor.h); -1: the default */
     const char *profile_save; /* --profile-save FILE: the run's routing (+ --profile's counts) */
     bool stats;             /* --stats: the executor's line on stderr at the end */
     bool emulate;           /* --hybrid-emulate */
@@ -68,8 +69,12 @@ typedef struct cli_gen_opts {
     "                    host memory over PCIe (the pool computes the others); auto (default)\n" \
     "                    tunes N on the measured step time every 4 tokens; 0: off; needs the\n" \
     "                    experts in pinned memory: --expert-memory copy (auto picks it)\n" \
+    "  --prefetch N      hybrid decode: while a layer's attention runs, the GPU reads up to N of\n" \
+    "                    the experts its router is predicted to pick and the cache lacks into\n" \
+    "                    spare slots (default 2; 0: off); needs the memory --zero-copy needs\n" \
     "  --threads N       also the CPU pool's threads (default: physical cores - 1)\n" \
-    "  --expert-memory M auto (default): copy when the GPU reads misses itself (--zero-copy), else map;\n" \
+    "  --expert-memory M auto (default): copy when the GPU reads misses itself (--zero-copy or\n" \
+    "                    --prefetch), else map;\n" \
     "                    map: the CPU reads expert weights in place from the file mapping;\n" \
     "                    copy: copies them once into huge-page memory (local NUMA node, or\n" \
     "                    interleaved over several) for the CPU pool / CPU forward\n" \

@@ -44,6 +44,7 @@ void tdm_executor_params_init(tdm_executor_params *p)
     p->policy = -1;
     p->adapt_swaps = -1;
     p->direct = -1;
+    p->prefetch = -1;
 }
 
 static tdm_status make_cache(tdm_executor *x, const tdm_executor_params *p, tdm_error *err)
@@ -95,7 +96,9 @@ tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, td
     x->k = hp->n_expert_used;
     x->first_moe = -1;
     x->direct_mode = p->direct;
-    tdm_direct_tuner_init(&x->tuner, hp->n_expert_used);
+    /* the share starts at half the misses the prefetch (forward_gpu.c sets the count it runs) leaves */
+    const int32_t pf = p->prefetch > 0 ? p->prefetch : 0;
+    tdm_direct_tuner_init(&x->tuner, hp->n_expert_used, (hp->n_expert_used - pf) / 2);
     int64_t max_ff = 1;
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const tdm_layer *L = tdm_model_layer(m, il);
@@ -291,10 +294,16 @@ tdm_status tdm_executor_gpu_begin(tdm_executor *x, uint64_t *version, tdm_error 
     return st;
 }
 
-void tdm_direct_tuner_init(tdm_direct_tuner *t, int32_t k)
+enum { TUNER_SETTLED = 3 };
+
+void tdm_direct_tuner_init(tdm_direct_tuner *t, int32_t k, int32_t start)
 {
-    *t = (tdm_direct_tuner){.q = k / 2, .q_max = k, .dir = 1};
+    start = start < 0 ? 0 : start > k ? k : start;
+    *t = (tdm_direct_tuner){.q = start, .q_max = k, .center = start};
 }
+
+/* The share probe phase ph measures. */
+static int32_t probed(const tdm_direct_tuner *t, int32_t ph) { return t->center + (ph == 1) - (ph == 2); }
 
 int32_t tdm_direct_tuner_step(tdm_direct_tuner *t, double ms_per_token)
 {
@@ -302,14 +311,30 @@ int32_t tdm_direct_tuner_step(tdm_direct_tuner *t, double ms_per_token)
     if (++t->n < TDM_DIRECT_WINDOW)
         return t->q;
     const double mean = t->sum / t->n;
-    if (t->prev > 0 && mean > t->prev)
-        t->dir = -t->dir; /* slower than before the last move: back */
-    if ((t->dir < 0 && t->q == 0) || (t->dir > 0 && t->q == t->q_max))
-        t->dir = -t->dir;
-    t->q += t->dir;
-    t->prev = mean;
     t->n = 0;
     t->sum = 0;
+    if (t->phase == TUNER_SETTLED) {
+        if (++t->settled < TDM_DIRECT_SETTLE)
+            return t->q;
+        t->phase = 0; /* this window measured the share: probe its neighbours */
+    }
+    if (t->phase == 0)
+        t->ms[1] = t->ms[2] = 0;
+    t->ms[t->phase] = mean;
+    int32_t ph = t->phase + 1;
+    while (ph < 3 && (probed(t, ph) < 0 || probed(t, ph) > t->q_max))
+        ph++;
+    if (ph < 3) {
+        t->phase = ph;
+        return t->q = probed(t, ph);
+    }
+    int32_t best = 0;
+    for (int32_t i = 1; i < 3; i++)
+        if (t->ms[i] > 0 && t->ms[i] < t->ms[best])
+            best = i;
+    t->q = t->center = probed(t, best);
+    t->phase = best == 0 ? TUNER_SETTLED : 0; /* moved: measure around the new share */
+    t->settled = 0;
     return t->q;
 }
 
@@ -318,8 +343,27 @@ int32_t tdm_executor_direct_quota(const tdm_executor *x)
     return x->direct_mode > 0 ? x->direct_mode : x->direct_mode < 0 ? x->tuner.q : 0;
 }
 
+/* Of layer il's selections li [n*k] that miss the cache, those staged
+ * [n_staged] holds; *n_stage: how many experts it holds. */
+static int64_t prefetch_served(const int32_t *res, bool any_slot, size_t E, int32_t il, const int32_t *li, int32_t nk,
+                               const int32_t *staged, int32_t n_staged, int64_t *n_stage)
+{
+    int64_t np = 0;
+    *n_stage = 0;
+    for (int32_t j = 0; j < n_staged; j++) {
+        const int32_t e = staged[j];
+        if (e < 0)
+            continue;
+        ++*n_stage;
+        for (int32_t i = 0; i < nk; i++)
+            np += li[i] == e && !(any_slot && res[(size_t)il * E + e] >= 0);
+    }
+    return np;
+}
+
 tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t layer_stride, int32_t n, double dev_ms,
-                                double wait_ms, int32_t direct, tdm_error *err)
+                                double wait_ms, int32_t direct, const int32_t *staged, int32_t n_staged,
+                                tdm_error *err)
 {
     const tdm_hparams *hp = x->hp;
     const int32_t E = hp->n_expert, k = x->k;
@@ -342,8 +386,16 @@ tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t laye
                 return tdm_error_set(err, TDM_ERR_INVALID, "executor: layer %d: expert id %d out of range", il, li[i]);
             nh += any_slot && res[(size_t)il * E + li[i]] >= 0;
         }
-        const int64_t nm = (int64_t)n * k - nh, nd = direct > 0 ? (nm < direct ? nm : direct) : 0;
+        int64_t ns = 0;
+        const int64_t nm = (int64_t)n * k - nh,
+                      np = staged ? prefetch_served(res, any_slot, (size_t)E, il, li, n * k,
+                                                    staged + (size_t)il * n_staged, n_staged, &ns) : 0,
+                      nd = direct > 0 ? (nm - np < direct ? nm - np : direct) : 0;
         step_misses += nm;
+        x->st.prefetched += np;
+        x->st.prefetched_bytes += (uint64_t)np * expert_bytes(x, il);
+        x->st.prefetch_staged += ns;
+        x->st.prefetch_bytes += (uint64_t)ns * expert_bytes(x, il);
         x->st.direct += nd;
         x->st.direct_bytes += (uint64_t)nd * expert_bytes(x, il);
         log_layer(x, il, li, n, nh, nm);
@@ -386,22 +438,26 @@ void tdm_executor_format_stats(const tdm_executor *x, char *buf, size_t cap)
     tdm_executor_stats s;
     tdm_executor_get_stats(x, &s);
     const double nt = s.tokens > 0 ? (double)s.tokens : 1.0, sel = (double)(s.hits + s.misses);
-    char stream[96], direct[128] = "";
+    char stream[96], direct[128] = "", prefetch[128] = "";
     snprintf(stream, sizeof stream, " | prompt streaming: %lld layer calls, %.2f MB sent", (long long)s.streamed_layers,
              (double)s.stream_bytes / 1e6);
     if (s.direct || x->direct_mode > 0 || (x->gpu && x->direct_mode < 0))
         snprintf(direct, sizeof direct, " | direct %lld misses (%.1f%%), %.2f MB/token, share %d%s",
                  (long long)s.direct, s.misses > 0 ? 100.0 * (double)s.direct / (double)s.misses : 0.0,
                  (double)s.direct_bytes / 1e6 / nt, s.direct_quota, x->direct_mode < 0 ? " (adapted)" : "");
+    if (s.prefetch_staged)
+        snprintf(prefetch, sizeof prefetch, " | prefetch %lld misses (%.1f%%), %.1f%% of %.2f MB/token used",
+                 (long long)s.prefetched, s.misses > 0 ? 100.0 * (double)s.prefetched / (double)s.misses : 0.0,
+                 100.0 * (double)s.prefetched / (double)s.prefetch_staged, (double)s.prefetch_bytes / 1e6 / nt);
     snprintf(buf, cap,
              "hybrid (%s): %d slots x %.2f MiB | hit rate %.1f%% (%lld/%lld) | pool %d threads, woken %lld/%lld "
              "layers, %.3f ms/token, %.2f MB/token, %.2f GB/s | wait %.3f ms/token | device %.3f ms/token | "
-             "swaps %lld (%.2f MB moved)%s%s",
+             "swaps %lld (%.2f MB moved)%s%s%s",
              x->gpu ? "GPU" : "emulated", s.n_slots, (double)s.slot_bytes / 1048576.0, sel > 0 ? 100.0 * (double)s.hits / sel : 0.0,
              (long long)s.hits, (long long)(s.hits + s.misses), s.pool_threads, (long long)s.pool_wakes,
              (long long)s.layers, s.pool_ms / nt, (double)s.pool_bytes / 1e6 / nt,
              s.pool_ms > 0 ? (double)s.pool_bytes / 1e6 / s.pool_ms : 0.0, s.wait_ms / nt, s.dev_ms / nt,
-             (long long)s.swaps, (double)s.bytes_moved / 1e6, direct, x->gpu ? stream : "");
+             (long long)s.swaps, (double)s.bytes_moved / 1e6, direct, prefetch, x->gpu ? stream : "");
 }
 
 tdm_expert_cache *tdm_executor_cache(tdm_executor *x) { return x->cache; }

@@ -35,13 +35,15 @@
 #include "status.h"
 #include "topology.h"
 
+#define TDM_PREFETCH_DEFAULT 2
+
 typedef struct tdm_executor_params {
     int32_t n_slots;              /* expert slots; -1: as many as gpu_mem allows (ledger) */
     uint64_t gpu_mem;             /* VRAM budget in bytes for the ledger (with n_slots -1) */
     int32_t n_ctx;                /* positions (ledger: KV cache) */
     int32_t max_batch;            /* tokens per forward batch (buffers, ledger scratch) */
     int policy;                   /* tdm_cache_policy, or -1: static with a profile, layer without */
-    const tdm_profile *profile;   /* NULL: layer-order fill */
+    const tdm_profile *profile;   /* NULL: the layer fill (whole layers, even ones first) */
     bool per_layer;               /* slots split evenly over layers (cache_policy.h "Budget") */
     const tdm_topology *topo;     /* NULL: pool not pinned */
     int n_threads;                /* pool threads; 0: physical cores - 1 */
@@ -57,6 +59,10 @@ typedef struct tdm_executor_params {
                                    * host memory (zero-copy, gpu.h tdm_gpu_direct_experts) while the pool
                                    * computes the rest; -1: adapted after every GPU step (the emulation
                                    * then takes none), 0: none, N: N (the emulation too) */
+    int32_t prefetch;             /* GPU decode: spare slots that take each layer's predicted misses while
+                                   * its attention runs (forward_gpu.c, docs/EXECUTOR.md "Prefetch"); -1:
+                                   * TDM_PREFETCH_DEFAULT, 0: none. Needs the direct share's registered
+                                   * memory; the emulation takes none */
     const tdm_expert_device *dev; /* NULL: host memory */
     /* The pool's mailbox memory (pool.h); NULL: the C heap. The GPU passes
      * mapped page-locked memory. */
@@ -71,6 +77,10 @@ typedef struct tdm_executor_stats {
     int64_t hits, misses;         /* selections */
     int64_t direct;               /* misses the device read from host memory (the direct share) */
     uint64_t direct_bytes;        /* expert weight bytes it read that way */
+    int64_t prefetched;           /* misses served by the device's prefetch (a miss of the cache) */
+    uint64_t prefetched_bytes;    /* their expert bytes */
+    int64_t prefetch_staged;      /* experts it prefetched, used or not */
+    uint64_t prefetch_bytes;      /* their bytes (all read from host memory) */
     int32_t direct_quota;         /* the share now (-1 in params: adapted) */
     int64_t pool_wakes;           /* layer calls published to the pool */
     double pool_ms, wait_ms, dev_ms; /* pool compute; device waiting for the pool; device time (emulation:
@@ -114,27 +124,39 @@ void tdm_executor_gpu_streamed(tdm_executor *x, int64_t layers, uint64_t bytes);
  * table the step ran with, feeds the policy, starts its slot copies. dev_ms:
  * the step's GPU time; wait_ms: the GPU's time waiting for the pool; direct:
  * the direct share the step's launches ran with (-1: they read no host
- * memory, e.g. a prompt batch); an adapted share takes its next value. */
+ * memory, e.g. a prompt batch); an adapted share takes its next value.
+ * staged: [n_layer][n_staged] the experts the step prefetched into spare
+ * slots (-1: none; NULL when it prefetched nothing): misses it served. */
 tdm_status tdm_executor_gpu_end(tdm_executor *x, const int32_t *ids, size_t layer_stride, int32_t n, double dev_ms,
-                                double wait_ms, int32_t direct, tdm_error *err);
+                                double wait_ms, int32_t direct, const int32_t *staged, int32_t n_staged,
+                                tdm_error *err);
 /* The direct share for the next GPU step (0 when params.direct is 0). */
 int32_t tdm_executor_direct_quota(const tdm_executor *x);
-/* The adapting share (params.direct -1), on its own for tests: perturb and
- * observe on the step time. The share starts at half of k; every
- * TDM_DIRECT_WINDOW steps that had misses, their mean GPU time per token is
- * compared with the previous window's: the share moves one further in the
- * same direction when it got faster, turns round when it got slower (and at
- * 0 or q_max), so it settles within one of the fastest share and follows a
- * change of load. A window's time includes the wait for the pool, so it
- * weighs both sides as they are, hand-off latency included. */
-enum { TDM_DIRECT_WINDOW = 4 };
+/* The adapting share (params.direct -1), on its own for tests: probe and
+ * settle on the step time. A window is TDM_DIRECT_WINDOW steps that had
+ * misses; its mean GPU time per token includes the wait for the pool, so it
+ * weighs both sides as they are, hand-off latency included. From `start` the
+ * tuner measures a window at the share, one at the share + 1 and one at the
+ * share - 1 (those within 0..q_max), and takes the fastest. When that moved
+ * the share it probes again around the new one; otherwise it stays for
+ * TDM_DIRECT_SETTLE windows, then probes again (a change of load is
+ * followed). Staying put between probes matters: the best share can be
+ * sharply better than its neighbours (H200 host, 12 GiB: 141 tok/s at 3 of
+ * the 6 misses a prefetch of 2 leaves, 125-128 at 2 or 4), so a climber that
+ * always moves loses to a fixed share. */
+enum { TDM_DIRECT_WINDOW = 4, TDM_DIRECT_SETTLE = 16 };
 typedef struct tdm_direct_tuner {
-    int32_t q, q_max;  /* the share now, its largest value (k) */
-    int32_t dir;       /* +1 or -1: the next move */
-    int32_t n;         /* steps in the window */
-    double sum, prev;  /* their ms per token; the previous window's mean (0: none yet) */
+    int32_t q, q_max;   /* the share now, its largest value (k) */
+    int32_t center;     /* the share probed around */
+    int32_t phase;      /* measuring center (0), center + 1 (1), center - 1 (2); 3: settled */
+    int32_t n, settled; /* steps in the window; windows since it settled */
+    double sum;         /* the window's ms per token */
+    double ms[3];       /* the probe's means (0: not measured) */
 } tdm_direct_tuner;
-void tdm_direct_tuner_init(tdm_direct_tuner *t, int32_t k);
+/* start: the first share, clamped to 0..k (e.g. half the misses the
+ * prefetch leaves, (k - prefetch) / 2: the best share measured on the H200
+ * host both with and without a prefetch). */
+void tdm_direct_tuner_init(tdm_direct_tuner *t, int32_t k, int32_t start);
 /* Feeds one step (ms per token) and returns the share for the next. */
 int32_t tdm_direct_tuner_step(tdm_direct_tuner *t, double ms_per_token);
 

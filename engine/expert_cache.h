@@ -5,7 +5,7 @@
  * file's rows (so the same kernels run on a slot as on the mmapped weights).
  * slot_bytes = max over MoE layers of one expert's three matrices.
  * Which (layer, expert) sits in which slot is decided by a profiles/
- * cache_policy.h tdm_cache: layer order without a profile, hottest first with
+ * cache_policy.h tdm_cache: whole layers without a profile, hottest first with
  * one; adaptive / demand policies plan swaps, which tdm_expert_cache_record
  * executes at once as slot copies (call it between tokens, never while a
  * kernel reads the arena).

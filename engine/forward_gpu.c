@@ -109,6 +109,18 @@ struct tdm_forward_gpu {
      * (zero-copy); the pool computes the rest (executor.h params.direct) */
     const void *reg_base;      /* host address registered, NULL: none (the share is off) */
     int32_t quota_host;        /* the share in device state (TDM_GPU_HANDOFF_QUOTA) */
+    /* decode prefetch (docs/EXECUTOR.md "Decode prefetch"): for a MoE layer
+     * that may miss, the layer's router over the residual stream at the
+     * start of the layer (or of the layer before, when that one holds every
+     * expert) predicts its experts; the side stream reads the predicted
+     * misses from the registered memory into pf.n spare arena slots while
+     * the compute stream runs on, and the layer joins it before its
+     * hand-off. pf.n 0: off. */
+    tdm_gpu_prefetch pf;
+    float *pxn, *prl;          /* device [n_embd], [n_expert]: the prediction's router input and logits */
+    int32_t *pids;             /* device [k] predicted experts, best first */
+    float *pwts;               /* device [k] their weights (unused) */
+    int32_t *stage_host;       /* host [n_layer][pf.n]: what the last step staged */
     tdm_budget budget;         /* the plan the cache was sized with */
 
     /* hybrid prompt streaming: a batch of >= stream_min tokens sends every
@@ -368,6 +380,7 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f)
         tdm_gpu_host_unregister(f->g, f->reg_base);
     tdm_gpu_slot_device_free(f->sdev);
     free(f->pass_ids);
+    free(f->stage_host);
     free(f->full);
     free(f->st_map_host);
     free(f->st_experts);
@@ -517,6 +530,11 @@ static tdm_status register_experts(tdm_forward_gpu *f, tdm_error *err)
     return TDM_OK;
 }
 
+static size_t stage_bytes(const tdm_forward_gpu *f)
+{
+    return (size_t)f->hp->n_layer * (size_t)f->pf.n * sizeof(int32_t);
+}
+
 /* The device mirror of the published residency, and which MoE layers hold
  * every expert: those skip the hand-off (no publish, no merge launch). A
  * change to that set drops the recorded decode graph, whose launches follow
@@ -542,7 +560,26 @@ static tdm_status mirror_residency(tdm_forward_gpu *f, tdm_error *err)
         tdm_gpu_graph_free(f->graph);
         f->graph = NULL;
     }
-    return TDM_OK;
+    /* the prefetching layers follow the full ones: forget what others staged */
+    return changed && f->pf.n ? tdm_gpu_memset(f->g, f->pf.stage, 0xff, stage_bytes(f), err) : TDM_OK;
+}
+
+/* The prefetch's device scratch for up to n spare slots (start_hybrid sets
+ * the slots once the arena exists). */
+static tdm_status alloc_prefetch(tdm_forward_gpu *f, int32_t n, tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    const size_t k = (size_t)hp->n_expert_used;
+    f->pf = (tdm_gpu_prefetch){.slot_of = f->slot_of, .n_expert = hp->n_expert, .n = n};
+    TRY(dalloc(f, (size_t)hp->n_embd * sizeof(float), &f->pxn, err));
+    TRY(dalloc(f, (size_t)hp->n_expert * sizeof(float), &f->prl, err));
+    TRY(dalloc(f, k * sizeof(int32_t), &f->pids, err));
+    TRY(dalloc(f, k * sizeof(float), &f->pwts, err));
+    TRY(dalloc(f, stage_bytes(f), &f->pf.stage, err));
+    f->stage_host = malloc(stage_bytes(f));
+    if (!f->stage_host)
+        return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: prefetch table");
+    return tdm_gpu_memset(f->g, f->pf.stage, 0xff, stage_bytes(f), err);
 }
 
 /* After every other allocation: the expert cache (slot arena, filled by the
@@ -578,7 +615,8 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     int64_t routed = 0;
     for (int32_t il = 0; il < hp->n_layer; il++)
         routed += tdm_model_layer(f->m, il)->ffn == TDM_FFN_MOE ? hp->n_expert : 0;
-    if (p.direct != 0 && p.n_slots < routed) {
+    int32_t want = 0; /* prefetch slots */
+    if ((p.direct != 0 || xp->prefetch != 0) && p.n_slots < routed) {
         /* only the copy: the driver pins a file mapping page by page (H200 host, kernel 6.18: 512 MiB
          * still unfinished after 60 s) where the copy's huge pages take 0.04 s for 2 GiB */
         tdm_error re = {0};
@@ -590,14 +628,37 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
             return tdm_error_set(err, rs, "forward_gpu: the direct share (--zero-copy %d) needs the experts' memory "
                                  "registered with the GPU: %s", p.direct, re.msg);
         p.direct = rs ? 0 : p.direct;
+        want = rs || !slot ? 0 : xp->prefetch < 0 ? TDM_PREFETCH_DEFAULT : xp->prefetch;
     } else {
         p.direct = 0;
     }
-    TRY(tdm_gpu_slot_device_new(f->g, slot ? slot : 64, 4, &f->sdev, err));
+    /* the prefetch: its scratch, then its spare slots out of the budget's
+     * (it extends a cache of at least one slot) */
+    int32_t spare = 0;
+    if (want) {
+        TRY(alloc_prefetch(f, want, err));
+        int64_t left = f->bytes < budget ? (int64_t)((budget - f->bytes) / slot) : 0;
+        left = left < f->budget.n_slots ? left : f->budget.n_slots;
+        const int64_t keep = xp->n_slots >= 0 ? xp->n_slots : 1, room = left - keep;
+        spare = room <= 0 ? 0 : want < room ? want : (int32_t)room;
+        if (xp->n_slots < 0)
+            p.n_slots = (int32_t)(left - spare);
+    }
+    TRY(tdm_gpu_slot_device_new(f->g, slot ? slot : 64, 4, spare, &f->sdev, err));
+    p.prefetch = spare; /* what runs: the direct share's tuner starts from it */
     p.dev = f->sdev;
     TRY(tdm_executor_new(f->m, &p, &f->ex, err));
     tdm_expert_cache *c = tdm_executor_cache(f->ex);
     f->bytes += (size_t)tdm_expert_cache_n_slots(c) * tdm_expert_cache_slot_bytes(c); /* the arena */
+    if (tdm_gpu_slot_device_spare(f->sdev)) {
+        f->bytes += (size_t)spare * tdm_expert_cache_slot_bytes(c);
+        f->pf.spare = tdm_gpu_slot_device_spare(f->sdev);
+        f->pf.slot_bytes = tdm_expert_cache_slot_bytes(c);
+        f->pf.base = tdm_expert_cache_n_slots(c);
+        f->pf.n = spare;
+    } else {
+        f->pf.n = 0; /* no room: the scratch stays unused */
+    }
     f->full = calloc((size_t)hp->n_layer, sizeof(bool));
     if (!f->full)
         return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: layer flags");
@@ -613,7 +674,7 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
                               .n_embd = hp->n_embd, .slot_of = f->slot_of, .n_expert = hp->n_expert,
                               .direct = &mb->direct,
                               .quota = f->reg_base ? (const int32_t *)(f->hstate + TDM_GPU_HANDOFF_QUOTA) : NULL,
-                              .state = f->hstate, .timeout_s = 30.0};
+                              .state = f->hstate, .held_bit = TDM_MAILBOX_HELD, .timeout_s = 30.0};
     f->pass_ids = malloc(cells > 0 ? (size_t)hp->n_layer * f->B * hp->n_expert_used * sizeof(int32_t) : 1);
     return f->pass_ids ? TDM_OK : tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: routing buffer");
 }
@@ -1000,7 +1061,7 @@ static tdm_status stream_layer(tdm_forward_gpu *f, const glayer *gl, int32_t il,
 }
 
 static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer *gl, int32_t il, int32_t n,
-                            int32_t pos0, tdm_error *err)
+                            int32_t pos0, bool staged, tdm_error *err)
 {
     const tdm_hparams *hp = f->hp;
     const int64_t d = hp->n_embd;
@@ -1026,6 +1087,8 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         TRY(tdm_gpu_router(f->g, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts, err));
         if (f->hook)
             TRY(route_hook(f, il, n, pos0, k, err));
+        if (staged) /* the prefetch's residency entries and slots, before anything reads them */
+            TRY(tdm_gpu_side_join(f->g, err));
         /* hybrid: the misses go to the CPU pool now (but the direct share),
          * the hits run meanwhile (or, streaming, the misses follow on the GPU) */
         const bool direct = f->ex && direct_batch(f, n);
@@ -1081,19 +1144,62 @@ static tdm_status head(tdm_forward_gpu *f, int32_t n, float *dst, bool all, tdm_
     return TDM_OK;
 }
 
+/* Whether layer il of a batch of n tokens prefetches its predicted misses. */
+static bool prefetching(const tdm_forward_gpu *f, const tdm_layer *L, int32_t il, int32_t n)
+{
+    return f->pf.n && n == 1 && direct_batch(f, n) && L->ffn == TDM_FFN_MOE && !f->full[il];
+}
+
+/* Layer il's prediction (its router over the residual stream now: the
+ * layer's input, or the one before it) on the compute stream's norm, then
+ * on the side stream: router, top-k, and the staging and copy of the
+ * predicted misses (clearing what layer prev staged). The norm stays on the
+ * compute stream because the running layer adds into f->x. */
+static tdm_status prefetch(tdm_forward_gpu *f, const glayer *gl, int32_t il, int32_t prev, tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->pxn, 1, hp->n_embd, hp->n_embd, hp->norm_eps, err));
+    TRY(tdm_gpu_side_begin(f->g, err));
+    tdm_status st = proj(f, &gl->router, f->pxn, 1, f->prl, false, err);
+    if (!st)
+        st = tdm_gpu_router(f->g, f->prl, 1, hp->n_expert, gl->k, hp->norm_topk, f->pids, f->pwts, err);
+    if (!st)
+        st = tdm_gpu_prefetch_stage(f->g, &f->pf, il, prev, f->pids, gl->k, &gl->direct, &gl->table, err);
+    tdm_error e2 = {0};
+    const tdm_status se = tdm_gpu_side_end(f->g, st ? &e2 : err);
+    return st ? st : se;
+}
+
 static tdm_status layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error *err)
 {
-    for (int32_t il = 0; il < f->hp->n_layer; il++) {
+    const int32_t nl = f->hp->n_layer;
+    int32_t staged = -1; /* the last layer that prefetched */
+    int32_t ahead = -1;  /* the layer whose prefetch is in flight, joined at its hand-off */
+    for (int32_t il = 0; il < nl; il++) {
         const tdm_layer *L = tdm_model_layer(f->m, il);
         const glayer *gl = &f->L[il];
-        tdm_status st = L->kind == TDM_LAYER_ATTN ? attention_layer(f, L, gl, n, pos0, err)
-                                                  : deltanet_layer(f, L, gl, n, err);
+        tdm_status st = TDM_OK;
+        /* a layer's prefetch starts with the layer, or a layer earlier when
+         * that one does not prefetch (it holds every expert, or is dense):
+         * its time, too, leaves host memory and PCIe idle */
+        if (ahead < il) {
+            const int32_t t = prefetching(f, L, il, n) ? il
+                              : il + 1 < nl && prefetching(f, tdm_model_layer(f->m, il + 1), il + 1, n) ? il + 1
+                                                                                                       : -1;
+            if (t >= 0)
+                st = prefetch(f, &f->L[t], t, staged, err);
+            staged = ahead = t >= 0 ? t : ahead;
+        }
         if (!st)
-            st = ffn_layer(f, L, gl, il, n, pos0, err);
+            st = L->kind == TDM_LAYER_ATTN ? attention_layer(f, L, gl, n, pos0, err)
+                                           : deltanet_layer(f, L, gl, n, err);
+        if (!st)
+            st = ffn_layer(f, L, gl, il, n, pos0, ahead == il, err);
         if (st)
             return tdm_error_wrap(err, "layer %d", il);
     }
-    return TDM_OK;
+    /* the last staged entries back to -1: the table is the cache's again */
+    return staged >= 0 ? tdm_gpu_prefetch_stage(f->g, &f->pf, -1, staged, NULL, 0, NULL, NULL, err) : TDM_OK;
 }
 
 /* Hybrid, before a step: slot copies that have landed are published and the
@@ -1139,8 +1245,11 @@ static tdm_status hybrid_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_err
     const uint64_t prev = f->hstate_host[TDM_GPU_HANDOFF_WAIT_LO] |
                           (uint64_t)f->hstate_host[TDM_GPU_HANDOFF_WAIT_HI] << 32;
     memcpy(f->hstate_host, hs, sizeof hs);
+    const bool staged = f->pf.n && n == 1 && direct;
+    if (staged)
+        TRY(tdm_gpu_download(f->g, f->stage_host, f->pf.stage, stage_bytes(f), err));
     return tdm_executor_gpu_end(f->ex, f->pass_ids, (size_t)n * k, n, ms, (double)(wait - prev) * 1e-6,
-                                direct ? f->quota_host : -1, err);
+                                direct ? f->quota_host : -1, staged ? f->stage_host : NULL, f->pf.n, err);
 }
 
 static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,

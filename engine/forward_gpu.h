@@ -85,7 +85,11 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f);
  * of each layer the fused launches read themselves from the experts in host
  * memory, registered with the device at creation; only tdm_model_copy_experts'
  * copy is registered (a fixed share on mapped experts: TDM_ERR_UNSUPPORTED,
- * an adapted one is then off). xp->max_batch / n_ctx / dev / mem_* are set here. */
+ * an adapted one is then off). With that memory registered, decode steps
+ * also prefetch (xp->prefetch spare slots, taken from the budget's): each
+ * layer's predicted misses are read into them while the GPU runs the layer
+ * (or the one before). xp->max_batch / n_ctx / dev / mem_* / prefetch (the
+ * count that runs) are set here. */
 tdm_status tdm_forward_gpu_new_hybrid(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
                                       const tdm_executor_params *xp, tdm_forward_gpu **out, tdm_error *err);
 /* The executor (statistics, cache, pool) of a hybrid forward; NULL otherwise. */

@@ -101,6 +101,17 @@ tdm_status tdm_gpu_wait_compute(tdm_gpu *g, tdm_error *err);
 tdm_status tdm_gpu_fence_copies(tdm_gpu *g, int fence, tdm_error *err);
 tdm_status tdm_gpu_fence_wait_host(tdm_gpu *g, int fence, tdm_error *err);
 tdm_status tdm_gpu_fence_wait_compute(tdm_gpu *g, int fence, tdm_error *err);
+/* Work beside the compute stream, e.g. reads of host memory while the compute
+ * stream runs a layer: after side_begin the side stream starts where the
+ * compute stream is now, and this module's kernels are launched there until
+ * side_end (which always switches back, even when it fails). side_join makes
+ * the compute stream wait for what the side stream had at the last side_end.
+ * A CUDA graph being recorded on the compute stream records the side work as
+ * a branch; it must be joined before the recording ends. The side work must
+ * not touch what the compute stream's kernels meanwhile read or write. */
+tdm_status tdm_gpu_side_begin(tdm_gpu *g, tdm_error *err);
+tdm_status tdm_gpu_side_end(tdm_gpu *g, tdm_error *err);
+tdm_status tdm_gpu_side_join(tdm_gpu *g, tdm_error *err);
 /* Waits for the compute stream; reports any asynchronous kernel error. */
 tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err);
 

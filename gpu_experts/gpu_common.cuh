@@ -25,6 +25,9 @@ struct tdm_gpu {
     int device;
     cudaStream_t stream;      /* compute */
     cudaStream_t copy_stream; /* expert/slot copies */
+    cudaStream_t side_stream; /* work beside the compute stream (tdm_gpu_side_begin) */
+    cudaStream_t launch;      /* where tdm_launch puts kernels: stream, or side_stream */
+    cudaEvent_t side_fork, side_done;    /* the side stream's fork from and join to the compute stream */
     cudaEvent_t marks[TDM_GPU_MARKS];
     cudaEvent_t copy_done, compute_done; /* stream-ordering fences (no timing) */
     cudaEvent_t fences[TDM_GPU_FENCES];  /* tdm_gpu_fence_copies (no timing) */
@@ -85,7 +88,8 @@ __device__ __forceinline__ void tdm_pdl_enter(void)
 #endif
 }
 
-/* Launches kernel on the compute stream, programmatically serialised where
+/* Launches kernel on the compute stream (the side stream between
+ * tdm_gpu_side_begin and _end), programmatically serialised where
  * the GPU supports it and the tuning has not turned it off. */
 template <typename... P, typename... A>
 static inline cudaError_t tdm_launch(const tdm_gpu *g, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
@@ -98,7 +102,7 @@ static inline cudaError_t tdm_launch(const tdm_gpu *g, void (*kernel)(P...), dim
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = g->stream;
+    cfg.stream = g->launch;
     cfg.attrs = at;
     cfg.numAttrs = g->pdl_capable && g->tune.pdl >= 0 ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);

@@ -65,6 +65,12 @@ static void destroy(tdm_gpu *g)
         cudaEventDestroy(g->copy_done);
     if (g->compute_done)
         cudaEventDestroy(g->compute_done);
+    if (g->side_fork)
+        cudaEventDestroy(g->side_fork);
+    if (g->side_done)
+        cudaEventDestroy(g->side_done);
+    if (g->side_stream)
+        cudaStreamDestroy(g->side_stream);
     if (g->copy_stream)
         cudaStreamDestroy(g->copy_stream);
     if (g->stream)
@@ -87,6 +93,10 @@ static tdm_status create(tdm_gpu *g, int device, tdm_error *err)
     g->pdl_capable = major >= 9;
     TDM_CU(err, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
     TDM_CU(err, cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking));
+    TDM_CU(err, cudaStreamCreateWithFlags(&g->side_stream, cudaStreamNonBlocking));
+    g->launch = g->stream;
+    TDM_CU(err, cudaEventCreateWithFlags(&g->side_fork, cudaEventDisableTiming));
+    TDM_CU(err, cudaEventCreateWithFlags(&g->side_done, cudaEventDisableTiming));
     for (int i = 0; i < TDM_GPU_MARKS; i++)
         TDM_CU(err, cudaEventCreate(&g->marks[i]));
     TDM_CU(err, cudaEventCreateWithFlags(&g->copy_done, cudaEventDisableTiming));
@@ -304,6 +314,28 @@ extern "C" tdm_status tdm_gpu_fence_wait_compute(tdm_gpu *g, int fence, tdm_erro
 {
     TDM_REQUIRE(err, fence >= 0 && fence < TDM_GPU_FENCES, "gpu: fence %d out of range", fence);
     TDM_CU(err, cudaStreamWaitEvent(g->stream, g->fences[fence], 0));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_side_begin(tdm_gpu *g, tdm_error *err)
+{
+    TDM_REQUIRE(err, g->launch == g->stream, "gpu: side stream already open");
+    TDM_CU(err, cudaEventRecord(g->side_fork, g->stream));
+    TDM_CU(err, cudaStreamWaitEvent(g->side_stream, g->side_fork, 0));
+    g->launch = g->side_stream;
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_side_end(tdm_gpu *g, tdm_error *err)
+{
+    g->launch = g->stream; /* first: launches go back to the compute stream whatever happens */
+    TDM_CU(err, cudaEventRecord(g->side_done, g->side_stream));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_side_join(tdm_gpu *g, tdm_error *err)
+{
+    TDM_CU(err, cudaStreamWaitEvent(g->stream, g->side_done, 0));
     return TDM_OK;
 }
 

@@ -36,6 +36,7 @@ extern "C" void tdm_gpu_graph_abort(tdm_gpu *g)
 {
     cudaGraph_t graph = NULL;
     cudaStreamCaptureStatus cs;
+    g->launch = g->stream;
     if (cudaStreamIsCapturing(g->stream, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone &&
         cudaStreamEndCapture(g->stream, &graph) == cudaSuccess && graph)
         cudaGraphDestroy(graph);

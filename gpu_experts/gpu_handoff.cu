@@ -41,7 +41,9 @@ __global__ void __launch_bounds__(HANDOFF_THREADS)
         h.x[i] = x[i];
     if (blockIdx.x == 0) {
         for (int i = threadIdx.x; i < nk; i += blockDim.x) {
-            h.ids[i] = ids[i];
+            const int32_t e = ids[i];
+            const bool held = e >= 0 && e < h.n_expert && h.slot_of[(int64_t)layer * h.n_expert + e] >= 0;
+            h.ids[i] = held ? e | h.held_bit : e;
             h.weights[i] = w[i];
         }
         if (threadIdx.x == 0) {
@@ -166,12 +168,109 @@ extern "C" tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pi
     return TDM_OK;
 }
 
+/* ---- decode prefetch ---- */
+
+#define STAGE_THREADS 32
+#define COPY_THREADS 256
+#define COPY_BLOCKS 4 /* per matrix: 12 per staged expert; 8 measured slower (fewer SMs left to the layer) */
+#define COPY_UNROLL 4
+
+/* One thread: the previous layer's staged entries back to -1 (where they
+ * still point at the spare slot; its stage row stays, for the statistics),
+ * then the layer's picks. */
+__global__ void __launch_bounds__(STAGE_THREADS)
+    stage_kernel(tdm_gpu_prefetch p, int32_t layer, int32_t prev, const int32_t *__restrict__ pred, int32_t k)
+{
+    tdm_pdl_enter();
+    if (threadIdx.x != 0)
+        return;
+    const int64_t E = p.n_expert;
+    for (int j = 0; prev >= 0 && j < p.n; j++) {
+        const int32_t e = p.stage[(int64_t)prev * p.n + j];
+        if (e >= 0 && p.slot_of[prev * E + e] == p.base + j)
+            p.slot_of[prev * E + e] = -1;
+    }
+    if (layer < 0)
+        return;
+    int n = 0;
+    for (int i = 0; i < k && n < p.n; i++) {
+        const int32_t e = pred[i];
+        if (e < 0 || e >= E || p.slot_of[layer * E + e] >= 0)
+            continue;
+        p.slot_of[layer * E + e] = p.base + n;
+        p.stage[(int64_t)layer * p.n + n++] = e;
+    }
+    for (; n < p.n; n++)
+        p.stage[(int64_t)layer * p.n + n] = -1;
+}
+
+/* blockIdx.z: spare slot, blockIdx.y: gate / up / down. Reads host memory
+ * over PCIe: several independent 16-byte loads per thread before the stores. */
+__global__ void __launch_bounds__(COPY_THREADS)
+    prefetch_copy_kernel(tdm_gpu_prefetch p, int32_t layer, tdm_gpu_direct_experts src, tdm_gpu_expert_table t)
+{
+    tdm_pdl_enter();
+    const int j = blockIdx.z, part = blockIdx.y;
+    const int32_t e = p.stage[(int64_t)layer * p.n + j];
+    if (e < 0)
+        return;
+    const void *base = part == 0 ? src.gate : part == 1 ? src.up : src.down;
+    const size_t bytes = part == 0 ? src.gate_stride : part == 1 ? src.up_stride : src.down_stride;
+    const size_t off = part == 0 ? t.gate_off : part == 1 ? t.up_off : t.down_off;
+    const uint8_t *from = (const uint8_t *)base + (size_t)e * bytes;
+    uint8_t *to = (uint8_t *)p.spare + (size_t)j * p.slot_bytes + off;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (size_t)gridDim.x * blockDim.x;
+    if ((((uintptr_t)from | (uintptr_t)to | bytes) & 15) != 0) {
+        for (size_t i = tid; i < bytes; i += nth)
+            to[i] = from[i];
+        return;
+    }
+    const uint4 *f4 = (const uint4 *)from;
+    uint4 *t4 = (uint4 *)to;
+    const size_t units = bytes / 16;
+    for (size_t i0 = tid; i0 < units; i0 += nth * COPY_UNROLL) {
+        uint4 v[COPY_UNROLL];
+#pragma unroll
+        for (int u = 0; u < COPY_UNROLL; u++) {
+            const size_t i = i0 + u * nth;
+            if (i < units)
+                v[u] = f4[i];
+        }
+#pragma unroll
+        for (int u = 0; u < COPY_UNROLL; u++) {
+            const size_t i = i0 + u * nth;
+            if (i < units)
+                t4[i] = v[u];
+        }
+    }
+}
+
+extern "C" tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
+                                             const int32_t *pred, int32_t k, const tdm_gpu_direct_experts *src,
+                                             const tdm_gpu_expert_table *table, tdm_error *err)
+{
+    TDM_REQUIRE(err, p && p->slot_of && p->spare && p->stage && p->n >= 1 && p->base >= 0 && p->n_expert >= 1,
+                "gpu prefetch: incomplete descriptor");
+    TDM_REQUIRE(err, layer < 0 || (pred && k >= 1 && src && src->gate && src->up && src->down && table),
+                "gpu prefetch: layer %d without predictions or sources", layer);
+    TDM_REQUIRE(err, layer < 0 || (src->gate_stride + src->up_stride + src->down_stride <= p->slot_bytes &&
+                                   table->slot_bytes == p->slot_bytes),
+                "gpu prefetch: layer %d's experts do not fit a %zu-byte slot", layer, p->slot_bytes);
+    TDM_LAUNCH(err, g, stage_kernel, 1, STAGE_THREADS, 0, *p, layer, prev, pred, k);
+    if (layer >= 0)
+        TDM_LAUNCH(err, g, prefetch_copy_kernel, dim3(COPY_BLOCKS, 3, (unsigned)p->n), COPY_THREADS, 0, *p, layer,
+                   *src, *table);
+    return TDM_OK;
+}
+
 /* ---- the expert-slot device ---- */
 
 typedef struct slot_device {
     tdm_expert_device dev; /* first: the table handed out */
     tdm_gpu *g;
     size_t slot_bytes;
+    int spare;             /* slots added after every arena */
+    uint8_t *spare_at;     /* those of the last arena */
     int n_stage, next;
     uint8_t **stage;       /* [n_stage] page-locked, slot_bytes each */
     cudaEvent_t *done;     /* [n_stage] the copy out of each buffer */
@@ -182,10 +281,20 @@ typedef struct slot_device {
 static tdm_status sd_alloc(void *ctx, size_t bytes, void **arena, tdm_error *err)
 {
     slot_device *s = (slot_device *)ctx;
-    return tdm_gpu_alloc(s->g, bytes, arena, err);
+    tdm_status st = tdm_gpu_alloc(s->g, bytes + (size_t)s->spare * s->slot_bytes, arena, err);
+    if (!st && s->spare)
+        s->spare_at = (uint8_t *)*arena + bytes;
+    return st;
 }
 
-static void sd_free(void *ctx, void *arena) { tdm_gpu_release(((slot_device *)ctx)->g, arena); }
+static void sd_free(void *ctx, void *arena)
+{
+    slot_device *s = (slot_device *)ctx;
+    s->spare_at = NULL;
+    tdm_gpu_release(s->g, arena);
+}
+
+extern "C" void *tdm_gpu_slot_device_spare(tdm_expert_device *d) { return d ? ((slot_device *)d)->spare_at : NULL; }
 
 static tdm_status sd_copy(void *ctx, void *arena, size_t offset, int n, const void *const *src, const size_t *bytes,
                           tdm_error *err)
@@ -250,18 +359,19 @@ extern "C" void tdm_gpu_slot_device_free(tdm_expert_device *d)
     free(s);
 }
 
-extern "C" tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, tdm_expert_device **out,
-                                              tdm_error *err)
+extern "C" tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, int spare,
+                                              tdm_expert_device **out, tdm_error *err)
 {
     *out = NULL;
-    TDM_REQUIRE(err, staging >= 1 && slot_bytes > 0, "slot device: %d staging buffers of %zu bytes", staging,
-                slot_bytes);
+    TDM_REQUIRE(err, staging >= 1 && slot_bytes > 0 && spare >= 0,
+                "slot device: %d staging buffers of %zu bytes, %d spare slots", staging, slot_bytes, spare);
     slot_device *s = (slot_device *)calloc(1, sizeof *s);
     if (!s)
         return tdm_error_set(err, TDM_ERR_OOM, "slot device");
     s->dev = (tdm_expert_device){"cuda", s, sd_alloc, sd_free, sd_copy, sd_sync, sd_poll};
     s->g = g;
     s->slot_bytes = slot_bytes;
+    s->spare = spare;
     s->n_stage = staging;
     s->last = -1;
     s->stage = (uint8_t **)calloc((size_t)staging, sizeof *s->stage);

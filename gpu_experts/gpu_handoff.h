@@ -25,6 +25,14 @@
  * in a small device array (`state`, TDM_GPU_HANDOFF_WORDS words) that the
  * caller allocates, zeroes and reads back (tdm_gpu_download) between steps.
  *
+ * Decode prefetch (docs/EXECUTOR.md "Prefetch"): while the GPU runs a
+ * layer's attention, the experts that the layer's router is predicted to
+ * pick and that have no slot are read from host memory into spare slots of
+ * the arena, on the side stream (gpu.h), and their residency entries point
+ * there; the layer's hand-off and MoE kernels then count them as hits. The
+ * publish kernel marks every selection the GPU holds in the ids it writes
+ * (id | held_bit), so the pool skips those whatever its own residency says.
+ *
  * Also here: the expert-slot device for engine/expert_cache.h (arena in
  * device memory; slot copies staged through page-locked buffers and sent on
  * the context's copy stream, so they overlap decode; poll() reports when the
@@ -78,6 +86,7 @@ typedef struct tdm_gpu_handoff {
     const int32_t *quota;     /* device, one int32: the direct share (tdm_gpu_direct_experts.quota);
                                * NULL when no launch reads misses from host memory */
     uint32_t *state;          /* [TDM_GPU_HANDOFF_WORDS], zeroed before the first step */
+    int32_t held_bit;         /* or-ed into the published id of a selection the GPU holds (pool.h) */
     double timeout_s;         /* merge gives up after this long (e.g. 30) */
 } tdm_gpu_handoff;
 
@@ -93,17 +102,44 @@ tdm_status tdm_gpu_handoff_publish(tdm_gpu *g, const tdm_gpu_handoff *h, int32_t
  * finished the layer's job (nothing when the layer published none). */
 tdm_status tdm_gpu_handoff_merge(tdm_gpu *g, const tdm_gpu_handoff *h, float *y, int32_t ntok, tdm_error *err);
 
+/* The decode prefetch's spare slots. Spare slot j (slot base + j of the
+ * expert arena) holds, for layer l, expert stage[l * n + j] (-1: none); its
+ * residency entry in slot_of is base + j while the layer runs, -1 otherwise. */
+typedef struct tdm_gpu_prefetch {
+    int32_t *slot_of;    /* device [n_layer][n_expert], the residency mirror (tdm_gpu_handoff's) */
+    int64_t n_expert;
+    void *spare;         /* device, spare slot 0 (tdm_gpu_slot_device_spare) */
+    size_t slot_bytes;
+    int32_t base, n;     /* spare slot 0's index in the arena; n >= 1 spare slots */
+    int32_t *stage;      /* device [n_layer][n] */
+} tdm_gpu_prefetch;
+
+/* Stages layer's predicted experts: pred [k] (device, best first, e.g. the
+ * layer's router over the layer's input) in order, the first n that have
+ * no slot, and copies their matrices from src (registered host memory) to
+ * the spare slots at table's offsets. First it clears the entries layer
+ * prev staged (prev < 0: none); layer < 0 only clears. Launched wherever
+ * the caller launches (the side stream while attention runs); the layer's
+ * hand-off and MoE kernels must come after it (tdm_gpu_side_join). */
+tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
+                                  const int32_t *pred, int32_t k, const tdm_gpu_direct_experts *src,
+                                  const tdm_gpu_expert_table *table, tdm_error *err);
+
 /* Device copy dst[r][0..width) = src[r * src_pitch ...] for rows r < rows
  * into host memory, then waits (2-D download, e.g. one layer-strided slab). */
 tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
                                  size_t width, size_t rows, tdm_error *err);
 
 /* The expert-slot device: `staging` page-locked buffers of slot_bytes each
- * (>= 1) rotate for the copies. *out is owned by the caller and freed with
+ * (>= 1) rotate for the copies; every arena it allocates has `spare` more
+ * slots after the bytes the cache asks for (the decode prefetch's). *out is owned by the caller and freed with
  * tdm_gpu_slot_device_free (after the cache that uses it). */
-tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, tdm_expert_device **out,
-                                   tdm_error *err);
+tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, int spare,
+                                   tdm_expert_device **out, tdm_error *err);
 void tdm_gpu_slot_device_free(tdm_expert_device *d);
+/* The spare slots after the last arena d allocated (NULL before the first,
+ * or without spare slots); owned by d's arena. */
+void *tdm_gpu_slot_device_spare(tdm_expert_device *d);
 
 #ifdef __cplusplus
 }

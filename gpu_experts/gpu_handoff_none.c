@@ -29,14 +29,28 @@ tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const 
     return no_cuda(err, "gpu download");
 }
 
-tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, tdm_expert_device **out,
-                                   tdm_error *err)
+tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
+                                  const int32_t *pred, int32_t k, const tdm_gpu_direct_experts *src,
+                                  const tdm_gpu_expert_table *table, tdm_error *err)
 {
-    (void)g, (void)slot_bytes, (void)staging;
+    (void)g, (void)p, (void)layer, (void)prev, (void)pred, (void)k, (void)src, (void)table;
+    return no_cuda(err, "gpu prefetch");
+}
+
+tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, int spare,
+                                   tdm_expert_device **out, tdm_error *err)
+{
+    (void)g, (void)slot_bytes, (void)staging, (void)spare;
     *out = NULL;
     return no_cuda(err, "slot device");
 }
 
 void tdm_gpu_slot_device_free(tdm_expert_device *d) { (void)d; }
+
+void *tdm_gpu_slot_device_spare(tdm_expert_device *d)
+{
+    (void)d;
+    return NULL;
+}
 
 #endif

@@ -121,6 +121,24 @@ tdm_status tdm_gpu_fill_f32(tdm_gpu *g, float *dst, float v, size_t n, tdm_error
     return NO_CUDA(err, "gpu fill_f32");
 }
 
+tdm_status tdm_gpu_side_begin(tdm_gpu *g, tdm_error *err)
+{
+    (void)g;
+    return NO_CUDA(err, "gpu side stream");
+}
+
+tdm_status tdm_gpu_side_end(tdm_gpu *g, tdm_error *err)
+{
+    (void)g;
+    return NO_CUDA(err, "gpu side stream");
+}
+
+tdm_status tdm_gpu_side_join(tdm_gpu *g, tdm_error *err)
+{
+    (void)g;
+    return NO_CUDA(err, "gpu side stream");
+}
+
 tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err)
 {
     (void)g;

@@ -253,10 +253,13 @@ static tdm_status initial_fill(tdm_cache *c, const tdm_cache_params *p, tdm_erro
         st = profile_order(c, p->profile, order, err);
         if (!st)
             fill_in_order(c, order, c->n_items);
-    } else {
-        for (int32_t i = 0; i < c->n_items; i++)
-            order[i] = i;
-        fill_in_order(c, order, c->n_items);
+    } else { /* whole layers: the even ones, then the odd ones */
+        int32_t n = 0;
+        for (int32_t parity = 0; parity < 2; parity++)
+            for (int32_t l = parity; l < c->p.n_layer; l += 2)
+                for (int32_t e = 0; e < c->p.n_expert; e++)
+                    order[n++] = l * c->p.n_expert + e;
+        fill_in_order(c, order, n);
     }
     free(order);
     free(seen);

@@ -13,9 +13,13 @@
  * Policies:
  *   static    filled hottest-first from a profile (global or per-layer
  *             ranking), never changes. Needs a profile.
- *   layer     filled in layer order: all experts of layer 0, then layer 1, ...
- *             (per layer: experts 0, 1, ... of each layer); never changes. The
- *             fallback when there is no profile.
+ *   layer     filled by whole layers: all experts of layer 0, then layer 2,
+ *             4, ..., then layers 1, 3, ... (per layer: experts 0, 1, ... of
+ *             each layer); never changes. The fallback when there is no
+ *             profile. Even layers first, so that while fewer than half the
+ *             layers fit, each layer left without slots follows one that holds
+ *             every expert: the GPU's decode prefetch reads the next layer's
+ *             predicted misses while such a layer runs (forward_gpu.c).
  *   adaptive  starts from the profile fill (layer fill without one). Keeps a
  *             decayed use count per expert (+1 per use, x adapt_decay per
  *             token, seeded with the profile's per-token rate / (1 - decay)).

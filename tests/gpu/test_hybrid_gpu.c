@@ -24,6 +24,11 @@
  *    there are, and adapted): decode launches read those misses from the
  *    model's registered expert memory, the pool computes the rest; the same
  *    bounds, and pool misses + direct misses = misses;
+ *  - the decode prefetch (2 to 4 spare slots, alone, with the direct share
+ *    and with the adaptive policy swapping meanwhile): layers read their
+ *    predicted misses into spare slots; the same bounds, something staged
+ *    when a layer without slots decodes, and pool misses + direct + misses
+ *    served by the prefetch = misses;
  *  - prompt streaming (stream_min 2: the prompt batch sends every missing
  *    expert to the GPU in chunks and the GPU computes the misses; decode
  *    steps still use the pool): the same bounds, the prompt's layer calls
@@ -54,6 +59,7 @@ typedef struct hyb_case {
     int32_t adapt_every;
     int32_t stream_min; /* -1: never; 2: the prompt batch streams */
     int32_t direct;     /* the direct share (executor.h): 0 off, N, -1 adapted */
+    int32_t prefetch;   /* decode prefetch slots (executor.h): 0 off */
 } hyb_case;
 
 static int32_t moe_layers(const tdm_model *m)
@@ -91,6 +97,7 @@ static tdm_forward_gpu *open_hybrid(const tdm_model *m, int n_ctx, const hyb_cas
     xp.topo = topo;
     xp.stream_min = hc->stream_min;
     xp.direct = hc->direct;
+    xp.prefetch = hc->prefetch;
     tdm_forward_gpu *f = NULL;
     tdm_error err = {0};
     tdm_status st = tdm_forward_gpu_new_hybrid(m, 0, n_ctx, 512, &xp, &f, &err);
@@ -129,7 +136,7 @@ static baseline make_baseline(const tdm_model *m, const int32_t *tok, int np, in
 static void check_case(const char *name, tdm_model *m, const int32_t *tok, int np, int n, const baseline *b,
                        const hyb_case *hc, bool f32_weights, const tdm_topology *topo)
 {
-    if (hc->direct && !tdm_model_experts_copied(m)) { /* the share reads the copy (registered memory) */
+    if ((hc->direct || hc->prefetch) && !tdm_model_experts_copied(m)) { /* both read the copy (registered) */
         tdm_error e = {0};
         assert_int_equal(tdm_model_copy_experts(m, NULL, &e), TDM_OK);
     }
@@ -148,12 +155,12 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
     const double top1 = fx_top1(h, b->gpu, n, V), top1_cpu = fx_top1(b->cpu, b->gpu, n, V);
     const int64_t sel = s.hits + s.misses;
     printf("  %-10s %5d slots, pool %2d threads: rel L2 %.2e KL %.2e (cpu forward %.2e) top-1 %.4f (cpu %.4f) | "
-           "hit %.1f%% jobs %lld/%lld streamed %lld (%.1f MB) direct %lld (share %d) swaps %lld | gpu %.3f "
-           "wait %.3f pool %.3f ms/token\n",
+           "hit %.1f%% jobs %lld/%lld streamed %lld (%.1f MB) direct %lld (share %d) prefetched %lld/%lld swaps "
+           "%lld | gpu %.3f wait %.3f pool %.3f ms/token\n",
            name, s.n_slots, s.pool_threads, rel, kl, kl_cpu, top1, top1_cpu,
            sel ? 100.0 * (double)s.hits / (double)sel : 0.0, (long long)s.pool_wakes, (long long)s.layers,
            (long long)s.streamed_layers, (double)s.stream_bytes / 1e6, (long long)s.direct, s.direct_quota,
-           (long long)s.swaps,
+           (long long)s.prefetched, (long long)s.prefetch_staged, (long long)s.swaps,
            s.dev_ms / (double)s.tokens, s.wait_ms / (double)s.tokens, s.pool_ms / (double)s.tokens);
     /* counters */
     assert_int_equal(s.tokens, n);
@@ -169,9 +176,14 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
         assert_true(s.pool_wakes >= 1 && s.pool_wakes <= s.layers);
     if (s.n_slots == 0 && hc->direct == 0)
         assert_int_equal(s.pool_wakes, s.layers - s.streamed_layers);
-    /* every miss computed once: by the pool, the direct share or a streamed batch */
+    /* every miss computed once: by the pool, the direct share, the prefetch or a streamed batch */
     if (hc->stream_min <= 0)
-        assert_int_equal(ps.misses + s.direct, s.misses);
+        assert_int_equal(ps.misses + s.direct + s.prefetched, s.misses);
+    assert_true(s.prefetched <= s.prefetch_staged);
+    if (!hc->prefetch)
+        assert_int_equal(s.prefetch_staged, 0);
+    else if (hc->slots == HALF) /* the layer fill leaves layers without slots: their decode steps stage */
+        assert_true(s.prefetch_staged > 0);
     if (hc->direct == 0)
         assert_int_equal(s.direct, 0);
     else if (hc->direct > 0 && s.misses > 0)
@@ -248,7 +260,8 @@ static void micro(const char *name)
     baseline b = make_baseline(mc.m, tok, np, n, mc.hp->n_vocab);
     const hyb_case cases[] = {{FULL, 1, -1, 0, -1}, {0, 1, -1, 0, -1},   {HALF, 1, -1, 0, -1},
                               {HALF, 2, TDM_CACHE_LRU, 0, -1}, {0, 2, -1, 0, 2}, {HALF, 1, -1, 0, 2},
-                              {HALF, 1, -1, 0, -1, 2}, {0, 1, -1, 0, -1, 1000}, {HALF, 1, -1, 0, -1, -1}};
+                              {HALF, 1, -1, 0, -1, 2}, {0, 1, -1, 0, -1, 1000}, {HALF, 1, -1, 0, -1, -1},
+                              {HALF, 1, -1, 0, -1, 0, 3}, {HALF, 2, -1, 0, -1, 2, 2}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(name, mc.m, tok, np, n, &b, &cases[i], true, NULL);
     free_baseline(&b);
@@ -291,7 +304,7 @@ static void test_small_q4km(void **state)
     baseline b = make_baseline(m, tok, np, n, tdm_model_hparams(m)->n_vocab);
     const hyb_case cases[] = {{FULL, 2, -1, 0, -1}, {0, 2, -1, 0, -1}, {HALF, 2, -1, 0, -1}, {0, 2, -1, 0, 2},
                               {HALF, 2, -1, 0, 2}, {FULL, 2, -1, 0, 2}, {HALF, 2, -1, 0, -1, 2},
-                              {0, 2, -1, 0, -1, -1}};
+                              {0, 2, -1, 0, -1, -1}, {HALF, 2, -1, 0, -1, 0, 4}, {HALF, 2, -1, 0, -1, -1, 2}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case("small", m, tok, np, n, &b, &cases[i], false, NULL);
     free_baseline(&b);
@@ -321,7 +334,9 @@ static void test_demo(void **state)
                               {HALF, 0, TDM_CACHE_ADAPTIVE, 4, 2},
                               {HALF, 0, -1, 0, -1, 3},
                               {0, 0, -1, 0, -1, 1000},
-                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1, -1}};
+                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1, -1},
+                              {HALF, 0, -1, 0, -1, 0, 2},
+                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1, -1, 2}};
     int done = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(pg, "cases"))

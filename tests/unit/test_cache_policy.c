@@ -167,6 +167,23 @@ static void test_adaptive_hand(void **state)
     tdm_cache_free(c);
 }
 
+/* The layer fill takes whole layers, even ones first: 5 layers x 4 experts
+ * with 10 slots hold layers 0 and 2 and half of layer 4. */
+static void test_layer_fill_even_first(void **state)
+{
+    (void)state;
+    tdm_cache_params p;
+    tdm_cache *c;
+    tdm_error err;
+    tdm_cache_params_init(&p, TDM_CACHE_LAYER, 5, 4, 2, 10);
+    assert_int_equal(tdm_cache_new(&p, &c, &err), TDM_OK);
+    static const int want[5] = {4, 0, 4, 0, 2};
+    for (int32_t l = 0; l < 5; l++)
+        assert_int_equal(tdm_cache_layer_slots(c, l), want[l]);
+    assert_true(tdm_cache_slot(c, 4, 0) >= 0 && tdm_cache_slot(c, 4, 1) >= 0 && tdm_cache_slot(c, 4, 2) < 0);
+    tdm_cache_free(c);
+}
+
 /* Two layers x 3 experts, 3 slots, global budget. */
 static void test_global_budget(void **state)
 {
@@ -543,6 +560,7 @@ int main(void)
         cmocka_unit_test(test_hand_traces),
         cmocka_unit_test(test_adaptive_hand),
         cmocka_unit_test(test_global_budget),
+        cmocka_unit_test(test_layer_fill_even_first),
         cmocka_unit_test(test_oracle_bound),
         cmocka_unit_test(test_adaptive_never_evicts_current),
         cmocka_unit_test(test_no_ping_pong),

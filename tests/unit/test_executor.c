@@ -230,35 +230,54 @@ static void test_direct_no_cache(void **state) { (void)state; check_direct(0.0, 
 static void test_direct_all(void **state) { (void)state; check_direct(0.5, 1000); }
 
 /* The adapting share: step times whose best share is `best` (each share
- * away from it costs 1 ms); the tuner must reach it and stay within one. */
-static void tune_towards(int32_t k, int32_t best)
+ * away from it costs 1 ms, `bump` ms more right beside it: a sharp optimum);
+ * from `start` the tuner must reach it and then spend at least 80% of the
+ * windows there and the rest (its probes) within one. */
+static int32_t tune_towards(tdm_direct_tuner *t, int32_t best, double bump, int windows)
 {
-    tdm_direct_tuner t;
-    tdm_direct_tuner_init(&t, k);
-    assert_int_equal(t.q, k / 2);
-    int32_t q = t.q, lo = k, hi = 0;
-    for (int step = 0; step < 40 * TDM_DIRECT_WINDOW; step++) {
-        q = tdm_direct_tuner_step(&t, 10.0 + abs(q - best));
+    const int32_t k = t->q_max;
+    int32_t q = t->q, at = 0, seen = 0;
+    for (int step = 0; step < windows * TDM_DIRECT_WINDOW; step++) {
+        const int32_t d = abs(q - best);
+        q = tdm_direct_tuner_step(t, 10.0 + d + (d ? bump : 0.0));
         assert_true(q >= 0 && q <= k);
-        if (step >= 30 * TDM_DIRECT_WINDOW) { /* settled */
-            lo = q < lo ? q : lo;
-            hi = q > hi ? q : hi;
+        if (step >= (windows - 36) * TDM_DIRECT_WINDOW && (step + 1) % TDM_DIRECT_WINDOW == 0) { /* reached */
+            assert_true(abs(q - best) <= 1);
+            at += q == best;
+            seen++;
         }
     }
-    assert_true(lo >= best - 1 && hi <= best + 1 && lo <= best && hi >= best);
+    assert_true(at * 5 >= seen * 4);
+    return q;
+}
+
+static void tune_from(int32_t k, int32_t start, int32_t best, double bump)
+{
+    tdm_direct_tuner t;
+    tdm_direct_tuner_init(&t, k, start);
+    assert_int_equal(t.q, start < 0 ? 0 : start > k ? k : start);
+    tune_towards(&t, best, bump, 80);
 }
 
 static void test_direct_tuner(void **state)
 {
     (void)state;
-    tune_towards(8, 6);
-    tune_towards(8, 1);
-    tune_towards(8, 0);
-    tune_towards(8, 8);
-    tune_towards(1, 0);
-    /* a window only moves the share when it is full */
+    tune_from(8, 4, 6, 0.0);
+    tune_from(8, 4, 1, 0.0);
+    tune_from(8, 3, 0, 0.0);
+    tune_from(8, 4, 8, 0.0);
+    tune_from(8, 3, 3, 1.5); /* a sharp optimum at the start */
+    tune_from(8, 9, 5, 1.5); /* start clamped to k */
+    tune_from(8, -2, 2, 0.0);
+    tune_from(1, 0, 0, 0.0);
+    tune_from(0, 0, 0, 0.0);
+    /* a change of load is followed within a settle period and a probe or two */
     tdm_direct_tuner t;
-    tdm_direct_tuner_init(&t, 8);
+    tdm_direct_tuner_init(&t, 8, 4);
+    assert_int_equal(tune_towards(&t, 6, 0.5, 60), 6);
+    tune_towards(&t, 2, 0.5, 36 + TDM_DIRECT_SETTLE + 12);
+    /* a window only moves the share when it is full; the probe goes up first */
+    tdm_direct_tuner_init(&t, 8, 4);
     for (int i = 0; i < TDM_DIRECT_WINDOW - 1; i++)
         assert_int_equal(tdm_direct_tuner_step(&t, 5.0), 4);
     assert_int_equal(tdm_direct_tuner_step(&t, 5.0), 5);

@@ -76,6 +76,7 @@ static void test_fill_and_swaps(void **state)
     counting cnt = {0};
     tdm_expert_device dev = {"counting", &cnt, c_alloc, c_free, c_copy, c_sync, NULL};
     const int32_t E = hp->n_expert, ns = E + 3;
+    const int32_t l2 = hp->n_layer > 2 ? 2 : 1; /* the fill's second layer (even layers first) */
     tdm_cache_params cp;
     tdm_cache_params_init(&cp, TDM_CACHE_ADAPTIVE, hp->n_layer, E, hp->n_expert_used, ns);
     cp.adapt_every = 1;
@@ -85,11 +86,11 @@ static void test_fill_and_swaps(void **state)
     assert_int_equal(tdm_expert_cache_n_slots(c), ns);
     assert_int_equal(cnt.allocs, 1);
     assert_int_equal(cnt.copies, ns);
-    /* layer order: all of layer 0, then 3 of layer 1 */
+    /* whole layers: all of layer 0, then 3 of the next even one */
     int res1 = 0;
     for (int32_t e = 0; e < E; e++) {
         assert_true(tdm_expert_cache_slot(c, 0, e) >= 0);
-        res1 += tdm_expert_cache_slot(c, 1, e) >= 0;
+        res1 += tdm_expert_cache_slot(c, l2, e) >= 0;
     }
     assert_int_equal(res1, 3);
     check_contents(m, c);
@@ -100,26 +101,26 @@ static void test_fill_and_swaps(void **state)
     int32_t ids[64];
     int32_t n = 0;
     for (int32_t e = 0; e < E && n < hp->n_expert_used; e++)
-        if (tdm_expert_cache_slot(c, 1, e) < 0)
+        if (tdm_expert_cache_slot(c, l2, e) < 0)
             ids[n++] = e;
     for (int64_t t = 0; t < 4; t++)
-        assert_int_equal(tdm_expert_cache_record(c, t, 1, ids, n, &err), TDM_OK);
+        assert_int_equal(tdm_expert_cache_record(c, t, l2, ids, n, &err), TDM_OK);
     tdm_expert_cache_get_stats(c, &st);
     assert_true(st.swaps > 0);
     assert_int_equal(st.bytes_moved, (uint64_t)st.swaps * want);
     assert_int_equal(cnt.copies, ns + st.swaps);
-    assert_true(tdm_expert_cache_slot(c, 1, ids[0]) >= 0);
+    assert_true(tdm_expert_cache_slot(c, l2, ids[0]) >= 0);
     check_contents(m, c);
     /* counters */
-    tdm_expert_cache_count(c, 1, 5, 2);
+    tdm_expert_cache_count(c, l2, 5, 2);
     tdm_expert_cache_count(c, hp->n_layer, 100, 100); /* ignored */
-    assert_int_equal(tdm_expert_cache_layer_hits(c, 1), 5);
-    assert_int_equal(tdm_expert_cache_layer_misses(c, 1), 2);
+    assert_int_equal(tdm_expert_cache_layer_hits(c, l2), 5);
+    assert_int_equal(tdm_expert_cache_layer_misses(c, l2), 2);
     assert_int_equal(tdm_expert_cache_layer_hits(c, -1), 0);
     /* bad routing: policy error, nothing copied */
     ids[0] = E;
     const int before = cnt.copies;
-    assert_int_equal(tdm_expert_cache_record(c, 5, 1, ids, n, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_expert_cache_record(c, 5, l2, ids, n, &err), TDM_ERR_INVALID);
     assert_int_equal(cnt.copies, before);
     tdm_expert_cache_free(c);
     assert_int_equal(cnt.frees, 1);
@@ -162,6 +163,7 @@ static void test_deferred_publish(void **state)
     counting cnt = {0};
     tdm_expert_device dev = {"async", &cnt, c_alloc, c_free, c_copy, c_sync, c_poll};
     const int32_t E = hp->n_expert;
+    const int32_t l2 = hp->n_layer > 2 ? 2 : 1; /* the fill's second layer (even layers first) */
     tdm_cache_params cp;
     tdm_cache_params_init(&cp, TDM_CACHE_ADAPTIVE, hp->n_layer, E, hp->n_expert_used, E + 3);
     cp.adapt_every = 1;
@@ -173,11 +175,11 @@ static void test_deferred_publish(void **state)
     const uint64_t v0 = tdm_expert_cache_version(c);
     int32_t ids[64], n = 0;
     for (int32_t e = 0; e < E && n < hp->n_expert_used; e++)
-        if (tdm_expert_cache_slot(c, 1, e) < 0)
+        if (tdm_expert_cache_slot(c, l2, e) < 0)
             ids[n++] = e;
     tdm_expert_cache_stats st = {0};
     for (int64_t t = 0; t < 8 && st.swaps == 0; t++) {
-        assert_int_equal(tdm_expert_cache_record(c, t, 1, ids, n, &err), TDM_OK);
+        assert_int_equal(tdm_expert_cache_record(c, t, l2, ids, n, &err), TDM_OK);
         tdm_expert_cache_get_stats(c, &st);
     }
     assert_true(st.swaps > 0);
@@ -186,7 +188,7 @@ static void test_deferred_publish(void **state)
     /* the loads are in flight: published nowhere, and no two experts share a slot */
     int published = 0;
     for (int32_t i = 0; i < n; i++)
-        published += tdm_expert_cache_slot(c, 1, ids[i]) >= 0;
+        published += tdm_expert_cache_slot(c, l2, ids[i]) >= 0;
     assert_int_equal(published, 0);
     const int32_t *res = tdm_expert_cache_residency(c);
     uint8_t *used = calloc((size_t)cp.n_slots, 1);
@@ -206,7 +208,7 @@ static void test_deferred_publish(void **state)
     assert_int_equal(tdm_expert_cache_pending(c), 0);
     assert_true(tdm_expert_cache_version(c) > v1);
     for (int32_t i = 0, got = 0; i < n; i++, published = got)
-        got = published + (tdm_expert_cache_slot(c, 1, ids[i]) >= 0);
+        got = published + (tdm_expert_cache_slot(c, l2, ids[i]) >= 0);
     assert_true(published > 0);
     check_contents(m, c);
     tdm_expert_cache_free(c);

@@ -1,6 +1,7 @@
 /* test_pool: the mailbox protocol of the CPU expert pool under stress: many
  * layers x token batches with random residency and routing, published in
- * sequence; each result checked against tdm_experts_run on the misses. Also
+ * sequence, some ids marked as held by the device (TDM_MAILBOX_HELD); each
+ * result checked against tdm_experts_run on the misses that are not held. Also
  * bad jobs, an all-hit job, freeing a sleeping pool, 1 thread, all cores,
  * more threads than cores, and a kick waking an idle team. Copy jobs
  * (tdm_pool_copy) between expert jobs: every byte lands, nothing else is
@@ -84,11 +85,13 @@ static void stress(const char *name, int threads, int n_jobs)
                     e = (int32_t)(rnd() % (uint32_t)E);
                     dup = 0;
                     for (int32_t q = 0; q < i; q++)
-                        dup |= mb->ids[t * k + q] == e;
+                        dup |= (mb->ids[t * k + q] & ~TDM_MAILBOX_HELD) == e;
                 } while (dup);
                 mb->ids[t * k + i] = e;
                 mb->weights[t * k + i] = (float)(rnd() % 1000) / 1000.0f;
-                if (res[(size_t)il * E + e] < 0)
+                if (rnd() % 4 == 0) /* the device holds it (e.g. prefetched): skipped, slot or not */
+                    mb->ids[t * k + i] |= TDM_MAILBOX_HELD;
+                else if (res[(size_t)il * E + e] < 0)
                     sel[nm++] = (tdm_expert_sel){t, e, mb->weights[t * k + i]};
             }
             for (int32_t c = 0; c < D; c++)
