@@ -13,7 +13,10 @@
  * the bucket where the cumulative mass crosses top_p needs sorting. */
 #define TOPP_BUCKETS 4096
 #define TOPP_RANGE 64.0f /* logits further below the best share the last bucket */
+#define TOPP_COPIES 4     /* neighbours mostly share a bucket: separate sums break the chain through memory */
 #define TOPK_HEAP_MAX 4096 /* top-k up to this size: one streaming pass with a heap */
+#define BLOCK 64               /* scans go by blocks of this many (block_max, weights) */
+#define BLOCK_LANES 8          /* independent lanes inside a block */
 
 struct tdm_sampler {
     tdm_sampler_params p;
@@ -27,8 +30,9 @@ struct tdm_sampler {
     int32_t *ring;    /* [penalty_last_n] accepted tokens, oldest at ring_pos when full */
     int32_t ring_n, ring_pos;
     float *wexp;      /* [n_vocab] exp weight of each candidate position */
+    float *bsum;      /* [n_vocab / BLOCK + 1] their sums by blocks of BLOCK positions */
     uint16_t *bkt;    /* [n_vocab] top-p bucket of each candidate position */
-    double bmass[TOPP_BUCKETS]; /* probability mass per top-p bucket */
+    double bmass[TOPP_COPIES][TOPP_BUCKETS]; /* probability mass per top-p bucket, in copies by i % TOPP_COPIES */
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -102,8 +106,9 @@ tdm_status tdm_sampler_new(int32_t n_vocab, const tdm_sampler_params *p, tdm_sam
     s->stamp = calloc(n, sizeof *s->stamp);
     s->ring = malloc(((size_t)p->penalty_last_n + 1) * sizeof *s->ring);
     s->wexp = malloc(n * sizeof *s->wexp);
+    s->bsum = malloc((n / BLOCK + 1) * sizeof *s->bsum);
     s->bkt = malloc(n * sizeof *s->bkt);
-    if (!s->work || !s->cand || !s->count || !s->stamp || !s->ring || !s->wexp || !s->bkt) {
+    if (!s->work || !s->cand || !s->count || !s->stamp || !s->ring || !s->wexp || !s->bsum || !s->bkt) {
         tdm_sampler_free(s);
         return tdm_error_set(err, TDM_ERR_OOM, "sampler: buffers for %d tokens", n_vocab);
     }
@@ -122,6 +127,7 @@ void tdm_sampler_free(tdm_sampler *s)
     free(s->stamp);
     free(s->ring);
     free(s->wexp);
+    free(s->bsum);
     free(s->bkt);
     free(s);
 }
@@ -247,9 +253,8 @@ static void sort_best(const float *w, int32_t *c, int32_t n, int32_t m)
  * BLOCK_LANES independent running maxima (a fixed-count loop the compiler
  * vectorises; NaN compares false and is never taken, -inf for none). One
  * compare-and-select chain over the whole vocabulary instead cost ~0.3 ms
- * per token at 248k logits (its latency, not the memory). */
-#define BLOCK 64
-#define BLOCK_LANES 8
+ * per token at 248k logits (its latency, not the memory). BLOCK, BLOCK_LANES:
+ * at the top. */
 
 static inline float block_max(const float *x)
 {
@@ -263,6 +268,96 @@ static inline float block_max(const float *x)
     for (int j = 1; j < BLOCK_LANES; j++)
         b = m[j] > b ? m[j] : b;
     return b;
+}
+
+/* e^x for x <= 0, 0 below EXP_MIN (where expf is denormal or 0): x = n ln2
+ * + r with |r| <= ln2 / 2 (ln2 in two parts, the first exact times any n
+ * here), e^r by its Taylor series to r^7 (truncation < 1e-8 relative), times
+ * 2^n built in the exponent bits. Only float arithmetic, compares and bit
+ * operations, so a fixed-count loop over it vectorises (expf does not: 248k
+ * calls were ~1.9 ms per token on the development VM). Within 2 ulp of expf
+ * (test_sampler). */
+#define EXP_MIN -87.0f
+
+static inline float exp_neg(float x)
+{
+    /* selects by masks, not ?: (which -O2 does not if-convert here): every
+     * operation runs for every lane */
+    const int32_t low = -(int32_t)(x < EXP_MIN); /* all ones below EXP_MIN (-inf too) */
+    union { float f; int32_t i; } xc = {.f = x}, lo = {.f = EXP_MIN};
+    xc.i = (xc.i & ~low) | (lo.i & low);
+    const float t = xc.f * 1.44269504f + 12582912.0f; /* 1.5 * 2^23: n = round(x / ln2) in the low bits */
+    const float n = t - 12582912.0f;
+    const float r = xc.f - n * 0.693359375f + n * 2.12194440e-4f;
+    float q = 1.0f / 5040;
+    q = q * r + 1.0f / 720;
+    q = q * r + 1.0f / 120;
+    q = q * r + 1.0f / 24;
+    q = q * r + 1.0f / 6;
+    q = q * r + 0.5f;
+    q = q * r + 1.0f;
+    q = q * r + 1.0f;
+    union { int32_t i; float f; } scale = {.i = ((int32_t)n + 127) << 23}, e;
+    e.f = q * scale.f;
+    e.i &= ~low;
+    return e.f;
+}
+
+float tdm_sampler_exp_neg(float x) { return exp_neg(x); }
+
+/* wexp[i] = exp_neg((w[c[i]] - base) * inv_t) for i < n and bsum[b] the sum
+ * of block b (positions b * BLOCK ..); returns the sum of the blocks. */
+static double weights(const float *restrict w, const int32_t *restrict c, int32_t n, float base, float inv_t,
+                      float *restrict wexp, float *restrict bsum)
+{
+    double z = 0;
+    int32_t i0 = 0;
+    for (; i0 + BLOCK <= n; i0 += BLOCK) {
+        float *e = wexp + i0, lane[BLOCK_LANES] = {0};
+        for (int j = 0; j < BLOCK; j++)
+            e[j] = exp_neg((w[c[i0 + j]] - base) * inv_t);
+        for (int k = 0; k < BLOCK; k += BLOCK_LANES) /* independent sums: no reassociation needed */
+            for (int j = 0; j < BLOCK_LANES; j++)
+                lane[j] += e[k + j];
+        float t = 0;
+        for (int j = 0; j < BLOCK_LANES; j++)
+            t += lane[j];
+        bsum[i0 / BLOCK] = t;
+        z += t;
+    }
+    if (i0 < n) {
+        float t = 0;
+        for (int32_t i = i0; i < n; i++) {
+            wexp[i] = exp_neg((w[c[i]] - base) * inv_t);
+            t += wexp[i];
+        }
+        bsum[i0 / BLOCK] = t;
+        z += t;
+    }
+    return z;
+}
+
+/* A draw from candidates c[0..m) with weights wexp / bsum (weights()) of
+ * total z: the block where u * z falls by the block sums, then the element
+ * inside it; a u that rounding carries past the block's elements takes its
+ * last one of positive weight. */
+static int32_t draw(const tdm_sampler *s, const int32_t *c, int32_t m, double z, double u)
+{
+    const int32_t nb = (m + BLOCK - 1) / BLOCK;
+    double cum = 0, x = u * z;
+    int32_t b = 0;
+    for (; b < nb - 1 && cum + s->bsum[b] <= x; b++)
+        cum += s->bsum[b];
+    const int32_t i0 = b * BLOCK, i1 = m - i0 < BLOCK ? m : i0 + BLOCK;
+    for (int32_t i = i0; i < i1; i++) {
+        cum += s->wexp[i];
+        if (x < cum)
+            return c[i];
+    }
+    for (int32_t i = i1; i-- > i0;)
+        if (s->wexp[i] > 0)
+            return c[i];
+    return c[m - 1];
 }
 
 /* A logit as the sampler counts it: NaN is -inf. */
@@ -285,6 +380,17 @@ static int32_t gather(const float *w, int32_t n, int32_t k, int32_t *c)
 {
     int32_t m = 0;
     bool heap = k > 0 && k <= TOPK_HEAP_MAX;
+    if (!heap) { /* every valid id: a branch-free compaction (the loop below branched on each) */
+        for (int32_t i = 0; i < n; i++) {
+            c[m] = i;
+            m += w[i] > -INFINITY;
+        }
+        if (k > 0 && k < m) {
+            select_top(w, c, m, k);
+            m = k;
+        }
+        return m;
+    }
     float worst = -INFINITY; /* w of the heap's root once full: most ids fail one compare */
     for (int32_t i0 = 0; i0 < n; i0 += BLOCK) {
         const int32_t i1 = n - i0 < BLOCK ? n : i0 + BLOCK;
@@ -307,10 +413,6 @@ static int32_t gather(const float *w, int32_t n, int32_t k, int32_t *c)
             }
         }
     }
-    if (k > TOPK_HEAP_MAX && k < m) {
-        select_top(w, c, m, k);
-        m = k;
-    }
     return m;
 }
 
@@ -331,19 +433,24 @@ static int32_t apply_top_p(tdm_sampler *s, int32_t *c, int32_t n, float top_p, f
         return n;
     }
     memset(s->bmass, 0, sizeof s->bmass);
+    double *mass = s->bmass[0];
     const float scale = TOPP_BUCKETS / TOPP_RANGE;
+    z = weights(w, c, n, lmax, 1.0f, s->wexp, s->bsum);
     for (int32_t i = 0; i < n; i++) {
         float d = lmax - w[c[i]];
         int b = d * scale < TOPP_BUCKETS - 1 ? (int)(d * scale) : TOPP_BUCKETS - 1;
         s->bkt[i] = (uint16_t)b;
-        double e = expf(-d);
-        s->bmass[b] += e;
-        z += e;
+        s->bmass[i % TOPP_COPIES][b] += s->wexp[i];
     }
     double target = (double)top_p * z;
     int b = 0;
-    for (; b < TOPP_BUCKETS && cum + s->bmass[b] < target; b++)
-        cum += s->bmass[b];
+    for (; b < TOPP_BUCKETS; b++) {
+        for (int j = 1; j < TOPP_COPIES; j++)
+            mass[b] += s->bmass[j][b];
+        if (cum + mass[b] >= target)
+            break;
+        cum += mass[b];
+    }
     if (b == TOPP_BUCKETS)
         return n; /* rounding: the whole mass did not reach target */
     /* partition: buckets before b (all kept, any order), then bucket b */
@@ -364,7 +471,7 @@ static int32_t apply_top_p(tdm_sampler *s, int32_t *c, int32_t n, float top_p, f
     }
     sort_best(w, c + j, k - j, k - j);
     for (int32_t i = j; i < k; i++) {
-        cum += expf(w[c[i]] - lmax); /* the same rounding as the bucket sums */
+        cum += exp_neg((w[c[i]] - lmax) * 1.0f); /* the same rounding as the bucket sums */
         if (cum >= target)
             return i + 1;
     }
@@ -423,17 +530,6 @@ int32_t tdm_sampler_sample(tdm_sampler *s, const float *logits)
                 c[k++] = c[i];
         m = k;
     }
-    float inv_t = 1.0f / p->temperature;
-    double z = 0;
-    for (int32_t i = 0; i < m; i++) {
-        s->wexp[i] = expf((w[c[i]] - lmax) * inv_t);
-        z += s->wexp[i];
-    }
-    double u = rng_uniform(s->rng) * z, cum = 0;
-    for (int32_t i = 0; i < m; i++) {
-        cum += s->wexp[i];
-        if (u < cum)
-            return c[i];
-    }
-    return c[m - 1];
+    const double z = weights(w, c, m, lmax, 1.0f / p->temperature, s->wexp, s->bsum);
+    return draw(s, c, m, z, rng_uniform(s->rng));
 }
