@@ -58,7 +58,7 @@ int32_t tdm_sampler_sample(tdm_sampler *s, const float *logits);
  * temperature 0 without penalties. */
 int32_t tdm_sampler_argmax(const float *logits, int32_t n);
 /* The sampler's e^x for x <= 0 (its weights and top-p masses): 0 below -87,
- * within 2 ulp of expf above; vectorisable. Exposed for its test. */
+ * within 2 ulp of exp above; vectorisable. Exposed for its test. */
 float tdm_sampler_exp_neg(float x);
 
 #endif
