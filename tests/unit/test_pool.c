@@ -89,7 +89,7 @@ static void stress(const char *name, int threads, int n_jobs)
                 } while (dup);
                 mb->ids[t * k + i] = e;
                 mb->weights[t * k + i] = (float)(rnd() % 1000) / 1000.0f;
-                if (rnd() % 4 == 0) /* the device holds it (e.g. prefetched): skipped, slot or not */
+                if (rnd() % 4 == 0) /* the device holds it (e.g. prefetched): the pool leaves it out, slot or not */
                     mb->ids[t * k + i] |= TDM_MAILBOX_HELD;
                 else if (res[(size_t)il * E + e] < 0)
                     sel[nm++] = (tdm_expert_sel){t, e, mb->weights[t * k + i]};
