@@ -29,6 +29,11 @@
  *    predicted misses into spare slots; the same bounds, something staged
  *    when a layer without slots decodes, and pool misses + direct + misses
  *    served by the prefetch = misses;
+ *  - the prefetch kernels on their own (test_prefetch_kernels): which
+ *    predicted experts are staged, the residency entries set and cleared
+ *    (a spare slot's entry only while it still points there), every byte
+ *    of the matrices copied at the slot offsets (odd sizes: the byte path
+ *    too) and nothing else written in the poisoned spare slots;
  *  - prompt streaming (stream_min 2: the prompt batch sends every missing
  *    expert to the GPU in chunks and the GPU computes the misses; decode
  *    steps still use the pool): the same bounds, the prompt's layer calls
@@ -46,6 +51,7 @@
 #include "forward.h"
 #include "forward_gpu.h"
 #include "gpu.h"
+#include "gpu_handoff.h"
 #include "model.h"
 #include "topology.h"
 
@@ -247,6 +253,124 @@ static void test_direct_needs_copy(void **state)
     fx_micro_close(&mc);
 }
 
+/* The prefetch's stage and copy kernels (gpu_handoff.h) on hand-made
+ * tables: 3 layers x 7 experts, 3 spare slots at index 4 (after 4 real
+ * slots); in host memory up [7][48] (16-byte aligned: the vector path),
+ * then gate [7][37] and down [7][100] (the byte path). */
+static void test_prefetch_kernels(void **state)
+{
+    (void)state;
+    gm_need_gpu();
+    enum { NL = 3, E = 7, NS = 3, BASE = 4, K = 4 };
+    const size_t gb = 37, ub = 48, db = 100, slot = 224, goff = 0, uoff = 48, doff = 112;
+    tdm_gpu *g = NULL;
+    tdm_error err = {0};
+    assert_int_equal(tdm_gpu_create(0, &g, &err), TDM_OK);
+    /* host experts: up [E][48] | gate [E][37] | down [E][100] in registered pages of their own */
+    const size_t total = ((gb + ub + db) * E + 4095) & ~(size_t)4095;
+    uint8_t *hostw = NULL;
+    assert_int_equal(posix_memalign((void **)&hostw, 4096, total), 0);
+    for (size_t i = 0; i < total; i++)
+        hostw[i] = (uint8_t)(i * 131 + 7);
+    const void *dev = NULL;
+    assert_int_equal(tdm_gpu_host_register(g, hostw, total, &dev, &err), TDM_OK);
+    const uint8_t *hup = hostw, *hgate = hostw + E * ub, *hdown = hostw + E * (ub + gb);
+    const tdm_gpu_direct_experts src = {.gate = (const uint8_t *)dev + E * ub, .up = dev,
+                                        .down = (const uint8_t *)dev + E * (ub + gb), .gate_stride = gb,
+                                        .up_stride = ub, .down_stride = db};
+    /* residency: layer 1 holds experts 1 and 4, layer 2 holds 4 */
+    int32_t res[NL * E];
+    for (int i = 0; i < NL * E; i++)
+        res[i] = -1;
+    res[1 * E + 1] = 0, res[1 * E + 4] = 1, res[2 * E + 4] = 2;
+    int32_t *slot_of = NULL, *stage = NULL, *pred = NULL;
+    uint8_t *spare = NULL;
+    assert_int_equal(tdm_gpu_alloc(g, sizeof res, (void **)&slot_of, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_alloc(g, NL * NS * sizeof(int32_t), (void **)&stage, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_alloc(g, K * sizeof(int32_t), (void **)&pred, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_alloc(g, NS * slot, (void **)&spare, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_upload(g, slot_of, res, sizeof res, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_memset(g, stage, 0xff, NL * NS * sizeof(int32_t), &err), TDM_OK);
+    assert_int_equal(tdm_gpu_memset(g, spare, 0xab, NS * slot, &err), TDM_OK);
+    const tdm_gpu_prefetch pf = {.slot_of = slot_of, .n_expert = E, .spare = spare, .slot_bytes = slot,
+                                 .base = BASE, .n = NS, .stage = stage};
+    const tdm_gpu_expert_table tab = {.slot_of = slot_of, .n_expert = E, .slot_bytes = slot, .gate_off = goff,
+                                      .up_off = uoff, .down_off = doff};
+    int32_t got[NL * E], st[NL * NS];
+    uint8_t *sp = malloc(NS * slot);
+    assert_non_null(sp);
+
+    /* layer 1, predicted 3 1 5 0: 1 has a slot, so 3 5 0 are staged */
+    const int32_t p1[K] = {3, 1, 5, 0};
+    assert_int_equal(tdm_gpu_upload(g, pred, p1, sizeof p1, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, pred, K, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, st, stage, sizeof st, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, sp, spare, NS * slot, &err), TDM_OK);
+    int32_t want[NL * E];
+    memcpy(want, res, sizeof want);
+    want[1 * E + 3] = BASE, want[1 * E + 5] = BASE + 1, want[1 * E + 0] = BASE + 2;
+    assert_memory_equal(got, want, sizeof got);
+    assert_int_equal(st[1 * NS + 0], 3);
+    assert_int_equal(st[1 * NS + 1], 5);
+    assert_int_equal(st[1 * NS + 2], 0);
+    for (int j = 0; j < NS; j++) {
+        const int32_t e = st[1 * NS + j];
+        const uint8_t *s0 = sp + (size_t)j * slot;
+        assert_memory_equal(s0 + goff, hgate + e * gb, gb);
+        assert_memory_equal(s0 + uoff, hup + e * ub, ub);
+        assert_memory_equal(s0 + doff, hdown + e * db, db);
+        for (size_t b = 0; b < slot; b++) /* the gaps between and after the matrices stay poisoned */
+            if (!(b < goff + gb || (b >= uoff && b < uoff + ub) || (b >= doff && b < doff + db)))
+                assert_int_equal(s0[b], 0xab);
+    }
+
+    /* layer 2, clearing layer 1: predicted 2 4 6 4, and 4 has a slot there */
+    const int32_t p2[K] = {2, 4, 6, 4};
+    assert_int_equal(tdm_gpu_upload(g, pred, p2, sizeof p2, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 2, 1, pred, K, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, st, stage, sizeof st, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, sp, spare, NS * slot, &err), TDM_OK);
+    memcpy(want, res, sizeof want);
+    want[2 * E + 2] = BASE, want[2 * E + 6] = BASE + 1;
+    assert_memory_equal(got, want, sizeof got);
+    assert_int_equal(st[1 * NS + 0], 3); /* layer 1's row stays (statistics) */
+    assert_int_equal(st[2 * NS + 0], 2);
+    assert_int_equal(st[2 * NS + 1], 6);
+    assert_int_equal(st[2 * NS + 2], -1);
+    assert_memory_equal(sp + goff, hgate + 2 * gb, gb);
+    assert_memory_equal(sp + slot + doff, hdown + 6 * db, db);
+    assert_memory_equal(sp + 2 * slot + goff, hgate, gb); /* spare slot 2 untouched: still expert 0 */
+
+    /* clear only: an entry the cache meanwhile gave a real slot keeps it */
+    int32_t real = 3;
+    assert_int_equal(tdm_gpu_upload(g, slot_of + 2 * E + 2, &real, sizeof real, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, -1, 2, NULL, 0, NULL, NULL, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
+    memcpy(want, res, sizeof want);
+    want[2 * E + 2] = 3;
+    assert_memory_equal(got, want, sizeof got);
+
+    /* bad arguments */
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, NULL, K, &src, &tab, &err), TDM_ERR_INVALID);
+    tdm_gpu_expert_table small = tab;
+    small.slot_bytes = slot - 16;
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, pred, K, &src, &small, &err), TDM_ERR_INVALID);
+    tdm_gpu_prefetch none = pf;
+    none.n = 0;
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &none, 1, -1, pred, K, &src, &tab, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+
+    free(sp);
+    tdm_gpu_host_unregister(g, hostw);
+    tdm_gpu_free(g);
+    free(hostw);
+}
+
 /* ---- micro f32 models ---- */
 
 static void micro(const char *name)
@@ -408,7 +532,7 @@ int main(void)
         cmocka_unit_test(test_micro_qwen3moe), cmocka_unit_test(test_micro_qwen35moe),
         cmocka_unit_test(test_micro_qwen3next), cmocka_unit_test(test_small_q4km),
         cmocka_unit_test(test_demo),           cmocka_unit_test(test_budget),
-        cmocka_unit_test(test_direct_needs_copy),
+        cmocka_unit_test(test_direct_needs_copy), cmocka_unit_test(test_prefetch_kernels),
     };
     gm_filter();
     return cmocka_run_group_tests(tests, NULL, NULL);
