@@ -59,7 +59,7 @@ const char tdm_cli_bench_help[] =
     "  --zero-copy N     hybrid decode: missed experts per layer the GPU reads from host\n"
     "                    memory itself (default auto: tuned on the step time; 0: off)\n"
     "  --prefetch N      hybrid decode: predicted misses per layer the GPU reads into spare\n"
-    "                    slots during the layer's attention (default 2; 0: off)\n"
+    "                    slots while it runs the layer before (default 2; 0: off)\n"
     "  --validate        hybrid: print projected against measured decode tok/s per point\n"
     "  --hit-curve F     hit-rate curve of the projection (a profile, cachesim JSON or CSV, as\n"
     "                    --project); default Zipf (--zipf S, 0.5); the layer fill is projected\n"

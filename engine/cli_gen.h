@@ -69,9 +69,9 @@ typedef struct cli_gen_opts {
     "                    host memory over PCIe (the pool computes the others); auto (default)\n" \
     "                    tunes N on the measured step time every 4 tokens; 0: off; needs the\n" \
     "                    experts in pinned memory: --expert-memory copy (auto picks it)\n" \
-    "  --prefetch N      hybrid decode: while a layer's attention runs, the GPU reads up to N of\n" \
-    "                    the experts its router is predicted to pick and the cache lacks into\n" \
-    "                    spare slots (default 2; 0: off); needs the memory --zero-copy needs\n" \
+    "  --prefetch N      hybrid decode: while the GPU runs the layer before, it reads up to N of\n" \
+    "                    the experts a layer's router is predicted to pick and the cache lacks\n" \
+    "                    into spare slots (default 2; 0: off); needs the memory --zero-copy needs\n" \
     "  --threads N       also the CPU pool's threads (default: physical cores - 1)\n" \
     "  --expert-memory M auto (default): copy when the GPU reads misses itself (--zero-copy or\n" \
     "                    --prefetch), else map;\n" \
