@@ -4,6 +4,7 @@
  * experts of the model. Prints median and p99 in microseconds.
  *   build/bench/pool_handoff [MODEL.gguf] [--rounds N] [--gap-us G] [--threads T]
  *                            [--gpu-publish] [--kick] [--spread] [--expert-memory map|copy]
+ *                            [--experts N] [--busy-gap G] [--hint]
  * --gap-us: idle time between jobs (e.g. 2000 puts the team to sleep).
  * --threads: pool team size (default: physical cores - 1).
  * --gpu-publish: store dev_seq without waking the futex, as a GPU kernel does
@@ -14,6 +15,14 @@
  * steady-state read rate from DRAM rather than from the cache.
  * --expert-memory copy: the experts copied into huge-page memory first
  * (tdm_model_copy_experts); map (default): read from the file mapping.
+ * --experts N: the pool computes N of the job's k experts (the others are
+ * marked held by the device, TDM_MAILBOX_HELD), as in a hybrid decode where
+ * the GPU holds or reads some of a layer's misses itself. Default k.
+ * --busy-gap G: the publisher spins G us before each job (a GPU's work
+ * between hand-offs; unlike --gap-us the team keeps spinning).
+ * --hint: with --spread and --busy-gap, a warm-up hint naming the next job's
+ * experts is published at the start of each gap (tdm_pool_hint), so the team
+ * reads them into its caches meanwhile: the best case of the decode warm-up.
  * --stream: also the copy jobs of prompt streaming (tdm_pool_copy): each
  * round copies 32 random experts of the next MoE layer as slots into one of
  * two staging buffers, as forward_gpu.c does; prints the copy GB/s. */
@@ -43,11 +52,31 @@ static int cmp_d(const void *a, const void *b)
 }
 
 typedef struct mode {
-    int rounds, gap_us;
-    bool gpu_publish, kick, spread, stream;
+    int rounds, gap_us, busy_us, experts;
+    bool gpu_publish, kick, spread, stream, hint;
     const tdm_model *m; /* --spread: the model whose layers and experts the rounds walk */
     uint64_t rng;
 } mode;
+
+/* --experts N: all but the last N ids are the device's. */
+static void held(const mode *md, tdm_mailbox *mb)
+{
+    for (int32_t i = 0; i < mb->k; i++) {
+        mb->ids[i] &= ~TDM_MAILBOX_HELD;
+        if (i < mb->k - md->experts)
+            mb->ids[i] |= TDM_MAILBOX_HELD;
+    }
+}
+
+static double now_us(void);
+
+/* --busy-gap: spins for us microseconds. */
+static void busy_wait(int us)
+{
+    const double end = now_us() + us;
+    while (now_us() < end)
+        ;
+}
 
 /* --spread: the next round's layer (the MoE ones in turn) and k distinct experts. */
 static void next_job(mode *md, tdm_mailbox *mb)
@@ -68,6 +97,7 @@ static void next_job(mode *md, tdm_mailbox *mb)
                 dup |= mb->ids[j] == mb->ids[i];
         } while (dup);
     }
+    held(md, mb);
 }
 
 /* --stream: md->rounds copy jobs of 32 experts each (slots: gate | up | down)
@@ -166,6 +196,16 @@ static void measure(tdm_pool *p, mode *md, const char *what)
             tdm_pool_kick(p);
         if (md->spread)
             next_job(md, tdm_pool_mailbox(p));
+        if (md->hint) {
+            const tdm_mailbox *mb = tdm_pool_mailbox(p);
+            int32_t ids[TDM_MAILBOX_HINT_MAX], n = 0;
+            for (int32_t i = 0; i < mb->k && n < TDM_MAILBOX_HINT_MAX; i++)
+                if (!(mb->ids[i] & TDM_MAILBOX_HELD))
+                    ids[n++] = mb->ids[i];
+            tdm_pool_hint(p, mb->layer, ids, n);
+        }
+        if (md->busy_us)
+            busy_wait(md->busy_us);
         const double t0 = now_us();
         const uint32_t seq = md->gpu_publish ? publish_like_gpu(tdm_pool_mailbox(p)) : tdm_pool_publish(p);
         if (tdm_pool_wait(p, seq, NULL, &err)) {
@@ -199,6 +239,12 @@ int main(int argc, char **argv)
             md.kick = true;
         else if (!strcmp(argv[i], "--spread"))
             md.spread = true;
+        else if (!strcmp(argv[i], "--experts") && i + 1 < argc)
+            md.experts = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--busy-gap") && i + 1 < argc)
+            md.busy_us = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--hint"))
+            md.hint = true;
         else if (!strcmp(argv[i], "--stream"))
             md.stream = true;
         else if (!strcmp(argv[i], "--expert-memory") && i + 1 < argc) {
@@ -207,9 +253,11 @@ int main(int argc, char **argv)
         } else
             path = argv[i];
     }
-    if (md.rounds < 1 || md.gap_us < 0 || threads < 0 || bad) {
+    if (md.rounds < 1 || md.gap_us < 0 || md.busy_us < 0 || md.experts < 0 || threads < 0 ||
+        (md.hint && (!md.spread || !md.busy_us)) || bad) {
         fprintf(stderr, "usage: pool_handoff [MODEL.gguf] [--rounds N>0] [--gap-us G>=0] [--threads T>=0] "
-                        "[--gpu-publish] [--kick] [--spread] [--stream] [--expert-memory map|copy]\n");
+                        "[--gpu-publish] [--kick] [--spread] [--stream] [--expert-memory map|copy] "
+                        "[--experts N] [--busy-gap G>=0] [--hint (with --spread, --busy-gap)]\n");
         return 2;
     }
     tdm_error err = {0};
@@ -247,6 +295,8 @@ int main(int argc, char **argv)
     tdm_mailbox *mb = tdm_pool_mailbox(p);
     mb->layer = il;
     mb->n_tok = 1;
+    if (!md.experts || md.experts > hp->n_expert_used)
+        md.experts = hp->n_expert_used;
     for (int32_t i = 0; i < hp->n_expert_used; i++) {
         mb->ids[i] = i;
         mb->weights[i] = 1.0f / (float)hp->n_expert_used;
@@ -258,8 +308,10 @@ int main(int argc, char **argv)
     tdm_pool_set_residency(p, res);
     measure(p, &md, "hand-off, no expert");
     tdm_pool_set_residency(p, NULL);
-    char what[64];
-    snprintf(what, sizeof what, "hand-off + %d missed experts%s", hp->n_expert_used, md.spread ? " (spread)" : "");
+    held(&md, mb);
+    char what[96];
+    snprintf(what, sizeof what, "hand-off + %d missed experts%s%s", md.experts, md.spread ? " (spread)" : "",
+             md.hint ? " (hinted)" : "");
     tdm_pool_stats st0;
     tdm_pool_get_stats(p, &st0);
     measure(p, &md, what);
@@ -268,6 +320,11 @@ int main(int argc, char **argv)
     st.jobs -= st0.jobs, st.ms -= st0.ms, st.bytes -= st0.bytes; /* the expert rounds only */
     printf("pool: %lld jobs, %.3f ms in jobs, %llu bytes read, %.2f GB/s inside jobs\n", (long long)st.jobs, st.ms,
            (unsigned long long)st.bytes, st.ms > 0 ? (double)st.bytes / 1e6 / st.ms : 0.0);
+    if (md.hint)
+        printf("warm-up: %lld hints, %lld cut short, %.1f MB read (%.0f%% of the jobs' bytes)\n",
+               (long long)(st.warms - st0.warms), (long long)(st.warm_cut - st0.warm_cut),
+               (double)(st.warm_bytes - st0.warm_bytes) / 1e6,
+               st.bytes ? 100.0 * (double)(st.warm_bytes - st0.warm_bytes) / (double)st.bytes : 0.0);
     if (md.stream)
         measure_stream(p, &md);
     tdm_pool_free(p);

@@ -53,6 +53,17 @@ struct tdm_pool {
     int n_copy;
     _Alignas(64) _Atomic int64_t copy_next; /* next block of the copy job */
     tdm_mailbox *mb;
+    /* the warm-up in flight: its byte ranges (written by the driver before
+     * the team starts), the job number it runs under (a new one cuts it) */
+    struct warm_range {
+        const uint8_t *p;
+        size_t bytes;
+    } warm[3 * TDM_MAILBOX_HINT_MAX];
+    int n_warm;
+    size_t warm_total;
+    uint32_t warm_job;
+    _Alignas(64) _Atomic uint64_t warm_read; /* bytes the team read */
+    _Atomic int warm_cut;
     tdm_expert_sel *sel;     /* [max_tok * k] the job's misses */
     uint8_t *seen;           /* [n_expert] distinct-expert marks for the byte count */
     tdm_experts_scratch *ex;
@@ -103,20 +114,26 @@ static void futex_wake(_Atomic uint32_t *addr, int n)
  * with a 1 ms timeout (a publisher that cannot wake it, a GPU kernel, is
  * still served within a millisecond). A wake (a host publish, the driver
  * starting a job, tdm_pool_kick) restarts the spinning, as work is expected
- * again; a timeout does not. Used by the driver on dev_seq (spin) and the
- * workers on gen (spin_busy). */
-static uint32_t wait_change(int spin, _Atomic uint32_t *seq, uint32_t last, _Atomic uint32_t *sleeping)
+ * again; a timeout does not. While spinning or yielding it also returns last
+ * when *aux (if not NULL) differs from aux_last. Used by the driver on
+ * dev_seq (spin; aux: the hints) and the workers on gen (spin_busy). */
+static uint32_t wait_change(int spin, _Atomic uint32_t *seq, uint32_t last, _Atomic uint32_t *sleeping,
+                            _Atomic uint32_t *aux, uint32_t aux_last)
 {
     uint32_t s;
     for (;;) {
         for (int i = 0; i < spin; i++) {
             if ((s = atomic_load_explicit(seq, memory_order_acquire)) != last)
                 return s;
+            if (aux && atomic_load_explicit(aux, memory_order_relaxed) != aux_last)
+                return last;
             tdm_cpu_relax();
         }
         for (int i = 0; i < 64; i++) {
             if ((s = atomic_load_explicit(seq, memory_order_acquire)) != last)
                 return s;
+            if (aux && atomic_load_explicit(aux, memory_order_relaxed) != aux_last)
+                return last;
             sched_yield();
         }
         /* seq_cst, pairing with the waker's store of *seq then load of
@@ -184,7 +201,7 @@ static void *worker_main(void *arg)
     start_thread(p, w->tid);
     uint32_t last = 0;
     for (;;) {
-        last = wait_change(p->spin_busy, &p->gen, last, &p->sleepers);
+        last = wait_change(p->spin_busy, &p->gen, last, &p->sleepers, NULL, 0);
         if (atomic_load_explicit(&p->quit, memory_order_acquire))
             return NULL;
         p->fn(p->arg, w->tid, p->team.nth);
@@ -290,14 +307,101 @@ static void copy_work(void *arg, int tid, int nth)
     }
 }
 
+#define WARM_BLOCK ((size_t)32 << 10)
+
+/* Team worker of a warm-up: blocks tid, tid + nth, ... of the ranges (in the
+ * hint's order, so a cut leaves the first experts warm), one load per cache
+ * line; stops at a block boundary once a job is published. */
+static void warm_work(void *arg, int tid, int nth)
+{
+    tdm_pool *p = arg;
+    size_t read = 0;
+    int r = 0;
+    size_t base = 0; /* offset of range r in the concatenation */
+    for (size_t b = (size_t)tid * WARM_BLOCK; b < p->warm_total; b += (size_t)nth * WARM_BLOCK) {
+        if (atomic_load_explicit(&p->mb->dev_seq, memory_order_relaxed) != p->warm_job) {
+            atomic_store_explicit(&p->warm_cut, 1, memory_order_relaxed);
+            break;
+        }
+        size_t o = b, end = b + WARM_BLOCK < p->warm_total ? b + WARM_BLOCK : p->warm_total;
+        while (o < end) {
+            while (o >= base + p->warm[r].bytes)
+                base += p->warm[r++].bytes;
+            const size_t stop = end < base + p->warm[r].bytes ? end : base + p->warm[r].bytes;
+            for (const uint8_t *q = p->warm[r].p + (o - base), *e = p->warm[r].p + (stop - base); q < e; q += 64)
+                (void)*(const volatile uint8_t *)q;
+            read += stop - o;
+            o = stop;
+        }
+    }
+    atomic_fetch_add_explicit(&p->warm_read, read, memory_order_relaxed);
+}
+
+/* The driver saw a new hint while job `job` was the last: copies it (the
+ * device may be writing the next one: re-read until hint_seq holds still),
+ * notes its seq in *hint_last, and has the team read the hinted experts that
+ * have no slot. */
+static void warm(tdm_pool *p, uint32_t job, uint32_t *hint_last)
+{
+    tdm_mailbox *mb = p->mb;
+    int32_t il, n, ids[TDM_MAILBOX_HINT_MAX];
+    uint32_t h;
+    do {
+        h = atomic_load_explicit(&mb->hint_seq, memory_order_acquire);
+        il = atomic_load_explicit(&mb->hint_layer, memory_order_relaxed);
+        n = atomic_load_explicit(&mb->hint_n, memory_order_relaxed);
+        n = n < 0 ? 0 : n > TDM_MAILBOX_HINT_MAX ? TDM_MAILBOX_HINT_MAX : n;
+        for (int32_t i = 0; i < n; i++)
+            ids[i] = atomic_load_explicit(&mb->hint_ids[i], memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+    } while (atomic_load_explicit(&mb->hint_seq, memory_order_relaxed) != h);
+    *hint_last = h;
+    if (il < 0 || il >= p->hp->n_layer)
+        return;
+    const tdm_layer *L = tdm_model_layer(p->m, il);
+    if (L->ffn != TDM_FFN_MOE || !L->gate_exps.data)
+        return;
+    const int32_t E = p->hp->n_expert, *res = atomic_load_explicit(&p->residency, memory_order_acquire);
+    const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    p->n_warm = 0;
+    p->warm_total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= E || p->seen[e] || (res && res[(size_t)il * E + e] >= 0))
+            continue;
+        p->seen[e] = 1;
+        for (int j = 0; j < 3; j++) {
+            p->warm[p->n_warm++] = (struct warm_range){(const uint8_t *)w[j]->data + (size_t)e * w[j]->mat_bytes,
+                                                       w[j]->mat_bytes};
+            p->warm_total += w[j]->mat_bytes;
+        }
+    }
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < E)
+            p->seen[ids[i]] = 0;
+    if (!p->warm_total)
+        return;
+    p->warm_job = job;
+    atomic_store_explicit(&p->warm_read, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->warm_cut, 0, memory_order_relaxed); /* published by the team's start */
+    p->team.run(&p->team, warm_work, p);
+    p->st.warms++;
+    p->st.warm_cut += atomic_load_explicit(&p->warm_cut, memory_order_relaxed);
+    p->st.warm_bytes += atomic_load_explicit(&p->warm_read, memory_order_relaxed);
+}
+
 static void *driver(void *arg)
 {
     tdm_pool *p = arg;
     tdm_mailbox *mb = p->mb;
     start_thread(p, 0);
-    uint32_t last = 0;
+    uint32_t last = 0, hint_last = 0;
     for (;;) {
-        const uint32_t s = wait_change(p->spin, &mb->dev_seq, last, &mb->pool_sleeping);
+        const uint32_t s = wait_change(p->spin, &mb->dev_seq, last, &mb->pool_sleeping, &mb->hint_seq, hint_last);
+        if (s == last) { /* a hint, no job */
+            warm(p, last, &hint_last);
+            continue;
+        }
         last = s;
         if (atomic_load_explicit(&mb->stop, memory_order_acquire))
             break;
@@ -323,6 +427,10 @@ static void *driver(void *arg)
         }
         p->st.jobs++;
         p->st.ms += now_ms() - t0;
+        /* a hint for the layer just computed came too late: drop it */
+        const uint32_t h = atomic_load_explicit(&mb->hint_seq, memory_order_relaxed);
+        if (h != hint_last && atomic_load_explicit(&mb->hint_layer, memory_order_relaxed) == mb->layer)
+            hint_last = h;
         atomic_store_explicit(&mb->pool_seq, s, memory_order_release);
     }
     return NULL;
@@ -474,6 +582,19 @@ tdm_status tdm_pool_copy(tdm_pool *p, const tdm_copy_piece *pieces, int n, tdm_e
     p->copy = pieces; /* published by the seq_cst store of dev_seq */
     p->n_copy = n;
     return tdm_pool_wait(p, tdm_pool_publish(p), NULL, err);
+}
+
+uint32_t tdm_pool_hint(tdm_pool *p, int32_t layer, const int32_t *ids, int32_t n)
+{
+    tdm_mailbox *mb = p->mb;
+    n = n < 0 ? 0 : n > TDM_MAILBOX_HINT_MAX ? TDM_MAILBOX_HINT_MAX : n;
+    atomic_store_explicit(&mb->hint_layer, layer, memory_order_relaxed);
+    atomic_store_explicit(&mb->hint_n, n, memory_order_relaxed);
+    for (int32_t i = 0; i < n; i++)
+        atomic_store_explicit(&mb->hint_ids[i], ids[i], memory_order_relaxed);
+    const uint32_t h = atomic_load_explicit(&mb->hint_seq, memory_order_relaxed) + 1;
+    atomic_store_explicit(&mb->hint_seq, h, memory_order_release);
+    return h;
 }
 
 void tdm_pool_get_stats(const tdm_pool *p, tdm_pool_stats *out) { *out = p->st; }

@@ -11,6 +11,14 @@
  * waits for pool_seq (acquire) and merges. A layer whose selections all hit
  * is never published: the pool is not woken.
  *
+ * Warm-up: between jobs the device may publish a hint (tdm_mailbox.hint_*),
+ * the experts of a layer it expects to miss next. While spinning, the driver
+ * sees it and the team reads those experts' weights (those without a slot)
+ * into its caches, each thread a share, so the job that follows reads them
+ * from cache instead of DRAM; a published job cuts the warm-up short within
+ * a few microseconds. Reading only: a wrong hint costs bandwidth, never
+ * correctness.
+ *
  * Waiting: the driver spins `spin` rounds (pause), then sched_yield()s, then
  * sleeps on a futex of dev_seq with a 1 ms timeout (so a publisher that cannot
  * wake it, a GPU kernel, still gets served within a millisecond; a host
@@ -43,6 +51,9 @@
  * residency table says; the bit is not part of the id. */
 #define TDM_MAILBOX_HELD ((int32_t)1 << 30)
 
+/* Experts one warm-up hint names at most. */
+#define TDM_MAILBOX_HINT_MAX 16
+
 /* The shared hand-off block. The flags sit on their own cache lines. */
 typedef struct tdm_mailbox {
     _Alignas(64) _Atomic uint32_t dev_seq;   /* device -> pool: number of the job published */
@@ -64,6 +75,13 @@ typedef struct tdm_mailbox {
     int32_t n_miss;                          /* selections the pool computed */
     tdm_status status;                       /* TDM_OK or the failure of the job */
     char msg[TDM_ERROR_MSG_MAX];
+    /* warm-up hint: experts of hint_layer that the device expects to hand
+     * over soon (e.g. predicted by the next layer's router). Written before
+     * hint_seq is bumped, possibly while the pool reads an older one: the
+     * pool copies it and re-checks hint_seq, and ignores ids out of range. */
+    _Alignas(64) _Atomic uint32_t hint_seq;  /* device -> pool: number of the hint published */
+    _Atomic int32_t hint_layer, hint_n;      /* hint_n <= TDM_MAILBOX_HINT_MAX */
+    _Atomic int32_t hint_ids[TDM_MAILBOX_HINT_MAX];
 } tdm_mailbox;
 
 typedef struct tdm_pool_params {
@@ -85,6 +103,9 @@ typedef struct tdm_pool_stats {
     int64_t misses;           /* selections computed */
     double ms;                /* time inside the jobs */
     uint64_t bytes;           /* expert weight bytes read (each distinct expert once per job) */
+    int64_t warms;            /* hints acted on: the team read their experts into its caches */
+    int64_t warm_cut;         /* of which a job cut short */
+    uint64_t warm_bytes;      /* bytes read by the warm-ups */
     int64_t copies;           /* tdm_pool_copy jobs, counted apart */
     uint64_t copy_bytes;
     double copy_ms;
@@ -138,6 +159,11 @@ void tdm_pool_get_stats(const tdm_pool *p, tdm_pool_stats *out);
 /* For a publisher that never calls tdm_pool_wait (the GPU): the first job
  * that failed since creation, with its message (TDM_OK when none). */
 tdm_status tdm_pool_check(const tdm_pool *p, tdm_error *err);
+/* Host-side publisher of a warm-up hint (the GPU writes the same fields
+ * from a kernel): n ids of layer (at most TDM_MAILBOX_HINT_MAX are kept).
+ * Returns the hint's seq. */
+uint32_t tdm_pool_hint(tdm_pool *p, int32_t layer, const int32_t *ids, int32_t n);
+
 /* Wakes a sleeping team so it spins again: call before a GPU step, whose
  * kernels cannot wake the futex (otherwise the first job of a step after an
  * idle pause waits for the 1 ms futex timeout, then for the workers' wake-up). */

@@ -148,6 +148,14 @@ bool tdm_cli_parse_zero_copy(const char *s, int32_t *out)
     return tdm_cli_parse_i32(s, 0, 4096, out);
 }
 
+bool tdm_cli_parse_on_off(const char *s, int32_t *out)
+{
+    if (!s || (strcmp(s, "on") && strcmp(s, "off")))
+        return false;
+    *out = !strcmp(s, "on");
+    return true;
+}
+
 bool tdm_cli_parse_float(const char *s, double lo, double hi, float *out)
 {
     double v;

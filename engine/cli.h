@@ -53,6 +53,9 @@ tdm_status tdm_cli_place_experts(tdm_model *m, tdm_expert_memory mem, bool cpu_r
 /* --zero-copy: "auto" (-1) or a count 0..4096 of misses per MoE launch. */
 bool tdm_cli_parse_zero_copy(const char *s, int32_t *out);
 
+/* "on" (1) or "off" (0); false for anything else. */
+bool tdm_cli_parse_on_off(const char *s, int32_t *out);
+
 /* Parses sizes like "12G", "512M", "1.5G", "1024" (bytes). false on bad input. */
 bool tdm_cli_parse_size(const char *s, uint64_t *out);
 

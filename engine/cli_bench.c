@@ -32,7 +32,7 @@ const char tdm_cli_bench_help[] =
     "                    [--gpu-mem LIST] [--fill LIST] [--profile P.json] [--validate]\n"
     "                    [--hit-curve F | --zipf S] [--membw [GBPS]] [--json FILE] [--plot]\n"
     "                    [--expert-memory auto|map|copy] [--stream-min N] [--zero-copy N|auto]\n"
-    "                    [--prefetch N]\n"
+    "                    [--prefetch N] [--pool-warm on|off]\n"
     "       tandem bench --revalidate FILE.json [-m MODEL | --preset NAME] [--vram-efficiency F]\n"
     "                    [--efficiency F] [--hit-curve F | --zipf S]\n"
     "       tandem bench --project [-m MODEL | --preset NAME] [projection options]\n"
@@ -60,6 +60,8 @@ const char tdm_cli_bench_help[] =
     "                    memory itself (default auto: tuned on the step time; 0: off)\n"
     "  --prefetch N      hybrid decode: predicted misses per layer the GPU reads into spare\n"
     "                    slots while it runs the layer before (default 2; 0: off)\n"
+    "  --pool-warm on|off hybrid decode with --prefetch: the pool reads the predicted misses left\n"
+    "                    to it into its caches while the GPU works (default on)\n"
     "  --validate        hybrid: print projected against measured decode tok/s per point\n"
     "  --hit-curve F     hit-rate curve of the projection (a profile, cachesim JSON or CSV, as\n"
     "                    --project); default Zipf (--zipf S, 0.5); the layer fill is projected\n"
@@ -176,6 +178,8 @@ static bool parse_value(bench_opts *o, const char *a, const char *v, bool *bad)
         *bad = !tdm_cli_parse_zero_copy(v, &o->zero_copy);
     else if (!strcmp(a, "--prefetch"))
         *bad = !tdm_cli_parse_i32(v, 0, 64, &o->prefetch);
+    else if (!strcmp(a, "--pool-warm"))
+        *bad = !tdm_cli_parse_on_off(v, &o->pool_warm);
     else if (!strcmp(a, "--membw"))
         *bad = !tdm_cli_parse_double(v, 1e-9, 1e5, &o->membw);
     else if (!strcmp(a, "--zipf"))
@@ -410,7 +414,7 @@ int tdm_cli_bench(int argc, char **argv)
         }
     bench_opts o = {.prompts = {512, 4096}, .n_prompts = 2, .gen = 256, .n_gpu_mem = 4,
                     .gpu_mem = {8, 12, 16, 24}, .measure = true, .zipf = -1, .zero_copy = -1,
-                    .prefetch = -1};
+                    .prefetch = -1, .pool_warm = -1};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc;

@@ -41,6 +41,7 @@ typedef struct bench_opts {
     int32_t stream_min;             /* --stream-min (cli_gen_opts) */
     int32_t zero_copy;              /* --zero-copy (cli_gen_opts); -1: auto */
     int32_t prefetch;               /* --prefetch (cli_gen_opts); -1: the default */
+    int32_t pool_warm;              /* --pool-warm (cli_gen_opts); -1: the default */
     double membw, efficiency, zipf; /* zipf < 0: the projection default */
     double vram_eff;                /* 0: the default of the mode */
     bool plot, measure, validate;

@@ -160,6 +160,7 @@ static void run_json_hybrid(cJSON *x, const bench_run *r)
     add_num_or_null(x, "prefetch_used_fraction",
                     r->dec.prefetch_staged > 0 ? (double)r->dec.prefetched / (double)r->dec.prefetch_staged : 0.0,
                     hy);
+    add_num_or_null(x, "warm_mb_per_token", (double)r->dec.warm_bytes / n / 1e6, hy);
     add_num_or_null(x, "swaps", (double)r->dec.swaps, hy);
     add_num_or_null(x, "cpu_bytes_per_token", r->cpu_bytes, hy);
     add_num_or_null(x, "gpu_bytes_per_token", r->gpu_bytes, hy);

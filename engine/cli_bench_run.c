@@ -84,6 +84,9 @@ static tdm_executor_stats stats_delta(const tdm_executor_stats *after, const tdm
     d.prefetched_bytes -= before->prefetched_bytes;
     d.prefetch_staged -= before->prefetch_staged;
     d.prefetch_bytes -= before->prefetch_bytes;
+    d.warms -= before->warms;
+    d.warm_cut -= before->warm_cut;
+    d.warm_bytes -= before->warm_bytes;
     d.swaps -= before->swaps;
     d.bytes_moved -= before->bytes_moved;
     return d;
@@ -204,6 +207,7 @@ static void hybrid_params(const bench_ctx *c, const bench_run *r, tdm_executor_p
     go.stream_min = c->o->stream_min;
     go.zero_copy = c->o->zero_copy;
     go.prefetch = c->o->prefetch;
+    go.pool_warm = c->o->pool_warm;
     const cli_gen_ctx gc = {.topo = c->topo, .prof = r->fill == FILL_LAYER ? NULL : c->prof};
     cli_gen_executor_params(&go, &gc, p);
 }

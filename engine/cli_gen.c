@@ -38,6 +38,7 @@ void cli_gen_opts_init(cli_gen_opts *o)
     o->adapt_swaps = -1;
     o->zero_copy = -1;
     o->prefetch = -1;
+    o->pool_warm = -1;
 }
 
 /* --gpu-mem: a size with its unit (12G, 11500M), or a bare number of GiB as
@@ -81,6 +82,8 @@ bool cli_gen_cache_option(const char *a, const char *v, cli_gen_opts *o, bool *o
         *ok = tdm_cli_parse_zero_copy(v, &o->zero_copy);
     else if (!strcmp(a, "--prefetch"))
         *ok = tdm_cli_parse_long(v, 0, 64, &l), o->prefetch = (int32_t)l;
+    else if (!strcmp(a, "--pool-warm"))
+        *ok = tdm_cli_parse_on_off(v, &o->pool_warm);
     else
         return false;
     if (!v)
@@ -185,6 +188,7 @@ void cli_gen_executor_params(const cli_gen_opts *o, const cli_gen_ctx *c, tdm_ex
     p->stream_min = o->stream_min;
     p->direct = o->zero_copy;
     p->prefetch = o->prefetch;
+    p->pool_warm = o->pool_warm;
     p->per_layer = o->policy == TDM_CACHE_ADAPTIVE && !c->prof;
     p->learn = c->learn;
 }

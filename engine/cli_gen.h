@@ -40,6 +40,7 @@ typedef struct cli_gen_opts {
     int32_t stream_min;     /* --stream-min N; 0: the default, -1 (--stream-min 0): never */
     int32_t zero_copy;      /* --zero-copy N|auto: the direct share (executor.h); -1: auto */
     int32_t prefetch;       /* --prefetch N: decode prefetch slots (executor.h); -1: the default */
+    int32_t pool_warm;      /* --pool-warm on|off (executor.h); -1: the default (on) */
     const char *profile_save; /* --profile-save FILE: the run's routing (+ --profile's counts) */
     bool stats;             /* --stats: the executor's line on stderr at the end */
     bool emulate;           /* --hybrid-emulate */
@@ -72,6 +73,8 @@ typedef struct cli_gen_opts {
     "  --prefetch N      hybrid decode: while the GPU runs the layer before, it reads up to N of\n" \
     "                    the experts a layer's router is predicted to pick and the cache lacks\n" \
     "                    into spare slots (default 2; 0: off); needs the memory --zero-copy needs\n" \
+    "  --pool-warm on|off hybrid decode with --prefetch: the CPU pool reads the predicted misses\n" \
+    "                    left to it into its caches while the GPU works (default on)\n" \
     "  --threads N       also the CPU pool's threads (default: physical cores - 1)\n" \
     "  --expert-memory M auto (default): copy when the GPU reads misses itself (--zero-copy or\n" \
     "                    --prefetch), else map;\n" \

@@ -45,6 +45,7 @@ void tdm_executor_params_init(tdm_executor_params *p)
     p->adapt_swaps = -1;
     p->direct = -1;
     p->prefetch = -1;
+    p->pool_warm = -1;
 }
 
 static tdm_status make_cache(tdm_executor *x, const tdm_executor_params *p, tdm_error *err)
@@ -421,6 +422,9 @@ void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out)
     tdm_pool_get_stats(x->pool, &ps);
     out->pool_ms = ps.ms;
     out->pool_bytes = ps.bytes;
+    out->warms = ps.warms;
+    out->warm_cut = ps.warm_cut;
+    out->warm_bytes = ps.warm_bytes;
     tdm_expert_cache_stats cs;
     tdm_expert_cache_get_stats(x->cache, &cs);
     out->swaps = cs.swaps;
@@ -438,7 +442,7 @@ void tdm_executor_format_stats(const tdm_executor *x, char *buf, size_t cap)
     tdm_executor_stats s;
     tdm_executor_get_stats(x, &s);
     const double nt = s.tokens > 0 ? (double)s.tokens : 1.0, sel = (double)(s.hits + s.misses);
-    char stream[96], direct[128] = "", prefetch[128] = "";
+    char stream[96], direct[128] = "", prefetch[128] = "", warm[96] = "";
     snprintf(stream, sizeof stream, " | prompt streaming: %lld layer calls, %.2f MB sent", (long long)s.streamed_layers,
              (double)s.stream_bytes / 1e6);
     if (s.direct || x->direct_mode > 0 || (x->gpu && x->direct_mode < 0))
@@ -449,15 +453,18 @@ void tdm_executor_format_stats(const tdm_executor *x, char *buf, size_t cap)
         snprintf(prefetch, sizeof prefetch, " | prefetch %lld misses (%.1f%%), %.1f%% of %.2f MB/token used",
                  (long long)s.prefetched, s.misses > 0 ? 100.0 * (double)s.prefetched / (double)s.misses : 0.0,
                  100.0 * (double)s.prefetched / (double)s.prefetch_staged, (double)s.prefetch_bytes / 1e6 / nt);
+    if (s.warms)
+        snprintf(warm, sizeof warm, " | pool warm-up %.2f MB/token, %.1f%% cut short", (double)s.warm_bytes / 1e6 / nt,
+                 100.0 * (double)s.warm_cut / (double)s.warms);
     snprintf(buf, cap,
              "hybrid (%s): %d slots x %.2f MiB | hit rate %.1f%% (%lld/%lld) | pool %d threads, woken %lld/%lld "
              "layers, %.3f ms/token, %.2f MB/token, %.2f GB/s | wait %.3f ms/token | device %.3f ms/token | "
-             "swaps %lld (%.2f MB moved)%s%s%s",
+             "swaps %lld (%.2f MB moved)%s%s%s%s",
              x->gpu ? "GPU" : "emulated", s.n_slots, (double)s.slot_bytes / 1048576.0, sel > 0 ? 100.0 * (double)s.hits / sel : 0.0,
              (long long)s.hits, (long long)(s.hits + s.misses), s.pool_threads, (long long)s.pool_wakes,
              (long long)s.layers, s.pool_ms / nt, (double)s.pool_bytes / 1e6 / nt,
              s.pool_ms > 0 ? (double)s.pool_bytes / 1e6 / s.pool_ms : 0.0, s.wait_ms / nt, s.dev_ms / nt,
-             (long long)s.swaps, (double)s.bytes_moved / 1e6, direct, prefetch, x->gpu ? stream : "");
+             (long long)s.swaps, (double)s.bytes_moved / 1e6, direct, prefetch, warm, x->gpu ? stream : "");
 }
 
 tdm_expert_cache *tdm_executor_cache(tdm_executor *x) { return x->cache; }

@@ -63,6 +63,9 @@ typedef struct tdm_executor_params {
                                    * its attention runs (forward_gpu.c, docs/EXECUTOR.md "Prefetch"); -1:
                                    * TDM_PREFETCH_DEFAULT, 0: none. Needs the direct share's registered
                                    * memory; the emulation takes none */
+    int32_t pool_warm;            /* GPU decode with a prefetch: the pool reads the predicted misses left
+                                   * to it into its caches before their job (pool.h "Warm-up"); -1: on
+                                   * (the default), 0: off, 1: on */
     const tdm_expert_device *dev; /* NULL: host memory */
     /* The pool's mailbox memory (pool.h); NULL: the C heap. The GPU passes
      * mapped page-locked memory. */
@@ -86,6 +89,8 @@ typedef struct tdm_executor_stats {
     double pool_ms, wait_ms, dev_ms; /* pool compute; device waiting for the pool; device time (emulation:
                                         the hit compute; GPU: the whole steps) */
     uint64_t pool_bytes;          /* weight bytes the pool read */
+    int64_t warms, warm_cut;      /* the pool's warm-ups, and those a job cut short */
+    uint64_t warm_bytes;          /* bytes they read */
     int64_t streamed_layers;      /* MoE layer calls of batches that streamed their misses to the GPU */
     uint64_t stream_bytes;        /* expert bytes those batches sent to the GPU */
     int64_t swaps;

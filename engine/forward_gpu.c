@@ -120,6 +120,8 @@ struct tdm_forward_gpu {
     float *pxn, *prl;          /* device [n_embd], [n_expert]: the prediction's router input and logits */
     int32_t *pids;             /* device [k] predicted experts, best first */
     float *pwts;               /* device [k] their weights (unused) */
+    tdm_gpu_route_order order; /* device: the pool's hint (pf.last) and a prefetching layer's selections with
+                                * the hinted ones last ([k]), which its MoE launch reads */
     int32_t *stage_host;       /* host [n_layer][pf.n]: what the last step staged */
     tdm_budget budget;         /* the plan the cache was sized with */
 
@@ -575,6 +577,10 @@ static tdm_status alloc_prefetch(tdm_forward_gpu *f, int32_t n, tdm_error *err)
     TRY(dalloc(f, (size_t)hp->n_expert * sizeof(float), &f->prl, err));
     TRY(dalloc(f, k * sizeof(int32_t), &f->pids, err));
     TRY(dalloc(f, k * sizeof(float), &f->pwts, err));
+    TRY(dalloc(f, (1 + TDM_GPU_HINT_MAX) * sizeof(int32_t), &f->pf.last, err));
+    TRY(dalloc(f, k * sizeof(int32_t), &f->order.ids, err));
+    TRY(dalloc(f, k * sizeof(float), &f->order.weights, err));
+    f->order.last = f->pf.last;
     TRY(dalloc(f, stage_bytes(f), &f->pf.stage, err));
     f->stage_host = malloc(stage_bytes(f));
     if (!f->stage_host)
@@ -675,6 +681,15 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
                               .direct = &mb->direct,
                               .quota = f->reg_base ? (const int32_t *)(f->hstate + TDM_GPU_HANDOFF_QUOTA) : NULL,
                               .state = f->hstate, .held_bit = TDM_MAILBOX_HELD, .timeout_s = 30.0};
+    if (f->pf.n && xp->pool_warm != 0) { /* the pool's warm-up hints ride on the prefetch's prediction */
+        f->pf.hint_seq = (uint32_t *)&mb->hint_seq;
+        f->pf.hint_layer = (int32_t *)&mb->hint_layer;
+        f->pf.hint_n = (int32_t *)&mb->hint_n;
+        f->pf.hint_ids = (int32_t *)mb->hint_ids;
+        f->pf.hint_max = TDM_MAILBOX_HINT_MAX < TDM_GPU_HINT_MAX ? TDM_MAILBOX_HINT_MAX : TDM_GPU_HINT_MAX;
+        f->pf.quota = f->ho.quota;
+        f->pf.hints = f->hstate + TDM_GPU_HANDOFF_HINTS;
+    }
     f->pass_ids = malloc(cells > 0 ? (size_t)hp->n_layer * f->B * hp->n_expert_used * sizeof(int32_t) : 1);
     return f->pass_ids ? TDM_OK : tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: routing buffer");
 }
@@ -1094,8 +1109,15 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         const bool direct = f->ex && direct_batch(f, n);
         if (direct)
             moe.direct = &gl->direct;
+        /* a prefetching layer with a pool hint: the hinted selections last */
+        const bool reorder = staged && f->pf.hint_seq;
         if (f->ex && !f->streaming && !f->full[il])
-            TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, direct, err));
+            TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, direct, reorder ? &f->order : NULL,
+                                        err));
+        if (reorder) {
+            ids = f->order.ids;
+            wts = f->order.weights;
+        }
     }
     TRY(moe_run(f, &moe, ids, wts, n, k, err));
     if (!f->ex || L->ffn != TDM_FFN_MOE)

@@ -24,12 +24,34 @@ __device__ int layer_misses(const tdm_gpu_handoff &h, int32_t layer, const int32
     return miss;
 }
 
+/* Block 0, thread 0: each token's selections, those of o.last's experts
+ * after the others (each group in its order), into o.ids / o.weights. */
+__device__ void route_order(const tdm_gpu_route_order &o, const int32_t *ids, const float *w, int ntok, int k)
+{
+    const int nl = o.last[0] < 0 ? 0 : o.last[0] > TDM_GPU_HINT_MAX ? TDM_GPU_HINT_MAX : o.last[0];
+    for (int t = 0; t < ntok; t++) {
+        int at = t * k;
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = t * k; i < (t + 1) * k; i++) {
+                bool late = false;
+                for (int j = 0; j < nl; j++)
+                    late |= ids[i] == o.last[1 + j];
+                if (late == (pass == 1)) {
+                    o.ids[at] = ids[i];
+                    o.weights[at++] = w[i];
+                }
+            }
+    }
+}
+
 __global__ void __launch_bounds__(HANDOFF_THREADS)
     publish_kernel(tdm_gpu_handoff h, int32_t layer, const float *__restrict__ x, const int32_t *__restrict__ ids,
-                   const float *__restrict__ w, int32_t ntok, int direct)
+                   const float *__restrict__ w, int32_t ntok, int direct, tdm_gpu_route_order order)
 {
     tdm_pdl_enter();
     const int nk = ntok * h.k, quota = direct ? *h.quota : 0;
+    if (order.last && blockIdx.x == 0 && threadIdx.x == 0) /* the other blocks read ids only (for the count) */
+        route_order(order, ids, w, ntok, h.k);
     if (layer_misses(h, layer, ids, nk) <= (quota > 0 ? quota : 0)) { /* the GPU computes every selection */
         if (blockIdx.x == 0 && threadIdx.x == 0)
             h.state[TDM_GPU_HANDOFF_CUR] = 0;
@@ -40,11 +62,15 @@ __global__ void __launch_bounds__(HANDOFF_THREADS)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nx; i += stride)
         h.x[i] = x[i];
     if (blockIdx.x == 0) {
+        /* the selections in the new order when there is one (thread 0 wrote
+         * it before layer_misses' barriers; plain loads, not the read-only path) */
+        const int32_t *pi = order.last ? order.ids : ids;
+        const float *pw = order.last ? order.weights : w;
         for (int i = threadIdx.x; i < nk; i += blockDim.x) {
-            const int32_t e = ids[i];
+            const int32_t e = pi[i];
             const bool held = e >= 0 && e < h.n_expert && h.slot_of[(int64_t)layer * h.n_expert + e] >= 0;
             h.ids[i] = held ? e | h.held_bit : e;
-            h.weights[i] = w[i];
+            h.weights[i] = pw[i];
         }
         if (threadIdx.x == 0) {
             *h.layer = layer;
@@ -134,15 +160,17 @@ static unsigned grid_for(int64_t n)
 
 extern "C" tdm_status tdm_gpu_handoff_publish(tdm_gpu *g, const tdm_gpu_handoff *h, int32_t layer, const float *x,
                                               const int32_t *ids, const float *weights, int32_t ntok, bool direct,
-                                              tdm_error *err)
+                                              const tdm_gpu_route_order *order, tdm_error *err)
 {
     tdm_status st = check(h, ntok, err);
     if (st)
         return st;
     TDM_REQUIRE(err, layer >= 0, "gpu handoff: layer %d", layer);
     TDM_REQUIRE(err, !direct || h->quota, "gpu handoff: direct share without a quota");
+    TDM_REQUIRE(err, !order || (order->last && order->ids && order->weights), "gpu handoff: incomplete order");
+    const tdm_gpu_route_order o = order ? *order : tdm_gpu_route_order{NULL, NULL, NULL};
     TDM_LAUNCH(err, g, publish_kernel, grid_for((int64_t)ntok * h->n_embd), HANDOFF_THREADS, 0, *h, layer, x, ids,
-               weights, ntok, direct ? 1 : 0);
+               weights, ntok, direct ? 1 : 0, o);
     return TDM_OK;
 }
 
@@ -202,6 +230,29 @@ __global__ void __launch_bounds__(STAGE_THREADS)
     }
     for (; n < p.n; n++)
         p.stage[(int64_t)layer * p.n + n] = -1;
+    if (!p.hint_seq)
+        return;
+    /* the pool's share: what the prediction leaves without a slot, less the
+     * direct share; its most likely experts, best first */
+    int left = 0, m = 0;
+    for (int i = 0; i < k; i++)
+        left += pred[i] >= 0 && pred[i] < E && p.slot_of[layer * E + pred[i]] < 0;
+    int want = left - (p.quota && *p.quota > 0 ? *p.quota : 0);
+    want = want < p.hint_max ? want : p.hint_max;
+    for (int i = 0; i < k && m < want; i++) {
+        const int32_t e = pred[i];
+        if (e >= 0 && e < E && p.slot_of[layer * E + e] < 0)
+            p.last[1 + m++] = e;
+    }
+    p.last[0] = m;
+    if (!m)
+        return;
+    for (int j = 0; j < m; j++)
+        p.hint_ids[j] = p.last[1 + j];
+    *p.hint_layer = layer;
+    *p.hint_n = m;
+    __threadfence_system(); /* the hint before its number */
+    *(volatile uint32_t *)p.hint_seq = ++*p.hints;
 }
 
 /* blockIdx.z: spare slot, blockIdx.y: gate / up / down. Reads host memory
@@ -256,6 +307,9 @@ extern "C" tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch 
     TDM_REQUIRE(err, layer < 0 || (src->gate_stride + src->up_stride + src->down_stride <= p->slot_bytes &&
                                    table->slot_bytes == p->slot_bytes),
                 "gpu prefetch: layer %d's experts do not fit a %zu-byte slot", layer, p->slot_bytes);
+    TDM_REQUIRE(err, !p->hint_seq || (p->hint_layer && p->hint_n && p->hint_ids && p->hints && p->last &&
+                                      p->hint_max >= 1 && p->hint_max <= TDM_GPU_HINT_MAX),
+                "gpu prefetch: incomplete warm-up hint");
     TDM_LAUNCH(err, g, stage_kernel, 1, STAGE_THREADS, 0, *p, layer, prev, pred, k);
     if (layer >= 0)
         TDM_LAUNCH(err, g, prefetch_copy_kernel, dim3(COPY_BLOCKS, 3, (unsigned)p->n), COPY_THREADS, 0, *p, layer,

@@ -65,6 +65,7 @@ enum {
     TDM_GPU_HANDOFF_TIMEOUTS = 4, /* merges that gave up waiting */
     TDM_GPU_HANDOFF_ARRIVED = 5,  /* publish: blocks done (internal) */
     TDM_GPU_HANDOFF_QUOTA = 6,    /* the direct share (int32), written by the caller between steps */
+    TDM_GPU_HANDOFF_HINTS = 7,    /* warm-up hints published (tdm_gpu_prefetch) */
     TDM_GPU_HANDOFF_WORDS = 8
 };
 
@@ -93,10 +94,21 @@ typedef struct tdm_gpu_handoff {
 /* After the router of `layer`: x [ntok][n_embd] (the routed activation),
  * ids/weights [ntok][k] (device). ntok <= max_tok. direct: the layer's MoE
  * launch reads the first *h->quota misses from host memory (the pool is
- * told to skip them); false: the pool computes every miss. */
+ * told to skip them); false: the pool computes every miss.
+ * order (NULL: none): the selections in another order, for the layer's MoE
+ * launch to read instead of ids/weights and as published: each token's
+ * selections of the experts in order->last (device: count, then ids; the
+ * prefetch's hint) after its others, so the direct share takes the others
+ * and the pool the hinted ones it has warmed. */
+typedef struct tdm_gpu_route_order {
+    const int32_t *last; /* device [1 + n] */
+    int32_t *ids;        /* device [max_tok][k] out */
+    float *weights;      /* device [max_tok][k] out */
+} tdm_gpu_route_order;
+
 tdm_status tdm_gpu_handoff_publish(tdm_gpu *g, const tdm_gpu_handoff *h, int32_t layer, const float *x,
                                    const int32_t *ids, const float *weights, int32_t ntok, bool direct,
-                                   tdm_error *err);
+                                   const tdm_gpu_route_order *order, tdm_error *err);
 
 /* After the hit kernels: y[t] += out[t] for t < ntok once the pool has
  * finished the layer's job (nothing when the layer published none). */
@@ -112,13 +124,32 @@ typedef struct tdm_gpu_prefetch {
     size_t slot_bytes;
     int32_t base, n;     /* spare slot 0's index in the arena; n >= 1 spare slots */
     int32_t *stage;      /* device [n_layer][n] */
+    /* The pool's warm-up hint (pool.h, tdm_mailbox.hint_*: mapped memory;
+     * hint_seq NULL: no hints). After staging, the predicted experts that
+     * still have no slot are the layer's likely misses; all but *quota of
+     * them (the direct share's; quota NULL: 0) are likely the pool's, so the
+     * best predicted of those, at most hint_max, go to the pool as a hint
+     * (it reads them into its caches while the GPU works) and to `last`,
+     * which the layer's publish puts after the other selections
+     * (tdm_gpu_handoff_publish): the direct share takes the others. */
+    uint32_t *hint_seq;
+    int32_t *hint_layer, *hint_n, *hint_ids;
+    int32_t hint_max;      /* 1 .. TDM_GPU_HINT_MAX */
+    int32_t *last;         /* device [1 + hint_max]: the count, then the hinted ids (0: no hint) */
+    const int32_t *quota;  /* device, one int32 (tdm_gpu_handoff.quota) */
+    uint32_t *hints;       /* device word counting the hints (state + TDM_GPU_HANDOFF_HINTS) */
 } tdm_gpu_prefetch;
+
+/* Most experts one hint names (pool.h TDM_MAILBOX_HINT_MAX). */
+#define TDM_GPU_HINT_MAX 16
 
 /* Stages layer's predicted experts: pred [k] (device, best first, e.g. the
  * layer's router over the layer's input) in order, the first n that have
  * no slot, and copies their matrices from src (registered host memory) to
- * the spare slots at table's offsets. First it clears the entries layer
- * prev staged (prev < 0: none); layer < 0 only clears. Launched wherever
+ * the spare slots at table's offsets; then publishes the pool's hint when
+ * p has one and some predicted expert is left for the pool. First it
+ * clears the entries layer prev staged (prev < 0: none); layer < 0 only
+ * clears. Launched wherever
  * the caller launches (the side stream while attention runs); the layer's
  * hand-off and MoE kernels must come after it (tdm_gpu_side_join). */
 tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,

@@ -10,9 +10,9 @@ static tdm_status no_cuda(tdm_error *err, const char *what)
 
 tdm_status tdm_gpu_handoff_publish(tdm_gpu *g, const tdm_gpu_handoff *h, int32_t layer, const float *x,
                                    const int32_t *ids, const float *weights, int32_t ntok, bool direct,
-                                   tdm_error *err)
+                                   const tdm_gpu_route_order *order, tdm_error *err)
 {
-    (void)g, (void)h, (void)layer, (void)x, (void)ids, (void)weights, (void)ntok, (void)direct;
+    (void)g, (void)h, (void)layer, (void)x, (void)ids, (void)weights, (void)ntok, (void)direct, (void)order;
     return no_cuda(err, "gpu handoff");
 }
 

@@ -161,12 +161,12 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
     const double top1 = fx_top1(h, b->gpu, n, V), top1_cpu = fx_top1(b->cpu, b->gpu, n, V);
     const int64_t sel = s.hits + s.misses;
     printf("  %-10s %5d slots, pool %2d threads: rel L2 %.2e KL %.2e (cpu forward %.2e) top-1 %.4f (cpu %.4f) | "
-           "hit %.1f%% jobs %lld/%lld streamed %lld (%.1f MB) direct %lld (share %d) prefetched %lld/%lld swaps "
-           "%lld | gpu %.3f wait %.3f pool %.3f ms/token\n",
+           "hit %.1f%% jobs %lld/%lld streamed %lld (%.1f MB) direct %lld (share %d) prefetched %lld/%lld warm-ups "
+           "%lld swaps %lld | gpu %.3f wait %.3f pool %.3f ms/token\n",
            name, s.n_slots, s.pool_threads, rel, kl, kl_cpu, top1, top1_cpu,
            sel ? 100.0 * (double)s.hits / (double)sel : 0.0, (long long)s.pool_wakes, (long long)s.layers,
            (long long)s.streamed_layers, (double)s.stream_bytes / 1e6, (long long)s.direct, s.direct_quota,
-           (long long)s.prefetched, (long long)s.prefetch_staged, (long long)s.swaps,
+           (long long)s.prefetched, (long long)s.prefetch_staged, (long long)s.warms, (long long)s.swaps,
            s.dev_ms / (double)s.tokens, s.wait_ms / (double)s.tokens, s.pool_ms / (double)s.tokens);
     /* counters */
     assert_int_equal(s.tokens, n);
@@ -186,8 +186,8 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
     if (hc->stream_min <= 0)
         assert_int_equal(ps.misses + s.direct + s.prefetched, s.misses);
     assert_true(s.prefetched <= s.prefetch_staged);
-    if (!hc->prefetch)
-        assert_int_equal(s.prefetch_staged, 0);
+    if (!hc->prefetch) /* no prediction: no staging and no warm-up hints */
+        assert_true(s.prefetch_staged == 0 && s.warms == 0);
     else if (hc->slots == HALF) /* the layer fill leaves layers without slots: their decode steps stage */
         assert_true(s.prefetch_staged > 0);
     if (hc->direct == 0)
@@ -256,7 +256,8 @@ static void test_direct_needs_copy(void **state)
 /* The prefetch's stage and copy kernels (gpu_handoff.h) on hand-made
  * tables: 3 layers x 7 experts, 3 spare slots at index 4 (after 4 real
  * slots); in host memory up [7][48] (16-byte aligned: the vector path),
- * then gate [7][37] and down [7][100] (the byte path). */
+ * then gate [7][37] and down [7][100] (the byte path). Then the pool's
+ * warm-up hint the stage kernel writes into mapped memory. */
 static void test_prefetch_kernels(void **state)
 {
     (void)state;
@@ -355,6 +356,68 @@ static void test_prefetch_kernels(void **state)
     want[2 * E + 2] = 3;
     assert_memory_equal(got, want, sizeof got);
 
+    /* the pool's hint, one spare slot, a direct share of 1: layer 1 predicted
+     * 3 1 5 0 2 6; 1 has a slot, 3 is staged, 4 are left, 1 of them is the
+     * share's: hint the best 3, 5 0 2 */
+    uint32_t *hm = NULL; /* mapped: [0] seq, [1] layer, [2] n, [4..] ids */
+    int32_t *quota = NULL; /* device: [0] the share, [1] the hint counter, [2..] the device list */
+    int32_t last[1 + TDM_GPU_HINT_MAX];
+    assert_int_equal(tdm_gpu_alloc_host(g, 64 * sizeof(uint32_t), (void **)&hm, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_alloc(g, (2 + 1 + TDM_GPU_HINT_MAX) * sizeof(int32_t), (void **)&quota, &err), TDM_OK);
+    memset(hm, 0xee, 64 * sizeof(uint32_t));
+    hm[0] = 0;
+    const int32_t one = 1, p6[6] = {3, 1, 5, 0, 2, 6};
+    assert_int_equal(tdm_gpu_upload(g, quota, &one, sizeof one, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_memset(g, quota + 1, 0, sizeof(int32_t), &err), TDM_OK);
+    int32_t *pred6 = NULL;
+    assert_int_equal(tdm_gpu_alloc(g, sizeof p6, (void **)&pred6, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_upload(g, pred6, p6, sizeof p6, &err), TDM_OK);
+    tdm_gpu_prefetch ph = pf;
+    ph.n = 1;
+    ph.hint_seq = hm;
+    ph.hint_layer = (int32_t *)hm + 1;
+    ph.hint_n = (int32_t *)hm + 2;
+    ph.hint_ids = (int32_t *)hm + 4;
+    ph.hint_max = 8;
+    ph.quota = quota;
+    ph.hints = (uint32_t *)(quota + 1);
+    ph.last = quota + 2;
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, -1, pred6, 6, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+    assert_int_equal(hm[0], 1);
+    assert_int_equal((int32_t)hm[1], 1);
+    assert_int_equal((int32_t)hm[2], 3);
+    assert_int_equal((int32_t)hm[4], 5);
+    assert_int_equal((int32_t)hm[5], 0);
+    assert_int_equal((int32_t)hm[6], 2);
+    assert_int_equal(hm[7], 0xeeeeeeeeu); /* nothing past n */
+    assert_int_equal(tdm_gpu_download(g, last, ph.last, sizeof last, &err), TDM_OK);
+    assert_int_equal(last[0], 3);
+    assert_true(last[1] == 5 && last[2] == 0 && last[3] == 2);
+    /* at most 2 ids, no share (quota NULL): 5 0 */
+    ph.hint_max = 2;
+    ph.quota = NULL;
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, 1, pred6, 6, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+    assert_int_equal(hm[0], 2);
+    assert_int_equal((int32_t)hm[2], 2);
+    assert_int_equal((int32_t)hm[4], 5);
+    assert_int_equal((int32_t)hm[5], 0);
+    /* nothing left for the pool (the first 2 predicted: 1 has a slot, 3 is
+     * staged): no hint, an empty device list */
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, 1, pred6, 2, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+    assert_int_equal(hm[0], 2);
+    assert_int_equal(tdm_gpu_download(g, last, ph.last, sizeof(int32_t), &err), TDM_OK);
+    assert_int_equal(last[0], 0);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, -1, 1, NULL, 0, NULL, NULL, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
+    memcpy(want, res, sizeof want);
+    want[2 * E + 2] = 3;
+    assert_memory_equal(got, want, sizeof got); /* layer 1's staged entry cleared again */
+    assert_int_equal(hm[0], 2);
+
     /* bad arguments */
     assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, NULL, K, &src, &tab, &err), TDM_ERR_INVALID);
     tdm_gpu_expert_table small = tab;
@@ -363,6 +426,8 @@ static void test_prefetch_kernels(void **state)
     tdm_gpu_prefetch none = pf;
     none.n = 0;
     assert_int_equal(tdm_gpu_prefetch_stage(g, &none, 1, -1, pred, K, &src, &tab, &err), TDM_ERR_INVALID);
+    ph.hint_ids = NULL;
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, -1, pred, K, &src, &tab, &err), TDM_ERR_INVALID);
     assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
 
     free(sp);

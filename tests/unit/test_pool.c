@@ -5,7 +5,8 @@
  * bad jobs, an all-hit job, freeing a sleeping pool, 1 thread, all cores,
  * more threads than cores, and a kick waking an idle team. Copy jobs
  * (tdm_pool_copy) between expert jobs: every byte lands, nothing else is
- * written, the expert jobs' counters stay apart. */
+ * written, the expert jobs' counters stay apart. Warm-up hints, hostile ones
+ * too, between and right before the stress jobs, and counted exactly. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -101,6 +102,13 @@ static void stress(const char *name, int threads, int n_jobs)
             mb->out[i] = NAN; /* poisoned: the pool must overwrite */
         const tdm_experts_desc d = desc_of(tdm_model_layer(m, il));
         assert_int_equal(tdm_experts_run(&d, mb->x, n, sel, nm, want, false, ex, &err), TDM_OK);
+        if (j % 3 == 0) { /* a warm-up hint, often hostile, just before the job (read-only: no effect on it) */
+            int32_t h[TDM_MAILBOX_HINT_MAX + 2];
+            for (int i = 0; i < TDM_MAILBOX_HINT_MAX + 2; i++)
+                h[i] = (int32_t)(rnd() % (uint32_t)(E + 4)) - 2;
+            tdm_pool_hint(p, (int32_t)(rnd() % (uint32_t)(hp->n_layer + 2)) - 1, h,
+                          (int32_t)(rnd() % (TDM_MAILBOX_HINT_MAX + 4)) - 1);
+        }
         const uint32_t seq = tdm_pool_publish(p);
         wakes++;
         if (j % 97 == 0)
@@ -217,6 +225,114 @@ static void test_kick_after_idle(void **state)
     tdm_experts_scratch_free(ex);
     free(sel);
     free(want);
+    tdm_model_free(m);
+    alarm(0);
+}
+
+/* One warm-up: a job (so the driver spins), the hint (`publish` writes it),
+ * 20 ms for the team to act on it, a job to read the counters after. Tries
+ * again while the hint went unseen (this thread descheduled past the whole
+ * spin); returns the counters' change. */
+static tdm_pool_stats warm_once(tdm_pool *p, void (*publish)(tdm_mailbox *mb, void *ctx), void *ctx, bool retry)
+{
+    tdm_mailbox *mb = tdm_pool_mailbox(p);
+    tdm_error err = {0};
+    tdm_pool_stats a, b;
+    for (int tries = 0;; tries++) {
+        assert_int_equal(tdm_pool_wait(p, tdm_pool_publish(p), NULL, &err), TDM_OK);
+        tdm_pool_get_stats(p, &a);
+        publish(mb, ctx);
+        usleep(20000);
+        assert_int_equal(tdm_pool_wait(p, tdm_pool_publish(p), NULL, &err), TDM_OK);
+        tdm_pool_get_stats(p, &b);
+        if (!retry || b.warms > a.warms || tries == 20)
+            break;
+    }
+    b.warms -= a.warms;
+    b.warm_cut -= a.warm_cut;
+    b.warm_bytes -= a.warm_bytes;
+    return b;
+}
+
+typedef struct hint_case {
+    int32_t layer, n, ids[TDM_MAILBOX_HINT_MAX];
+} hint_case;
+
+static void publish_case(tdm_mailbox *mb, void *ctx)
+{
+    const hint_case *c = ctx;
+    atomic_store(&mb->hint_layer, c->layer);
+    atomic_store(&mb->hint_n, c->n); /* unclamped, as a device may write it */
+    for (int i = 0; i < TDM_MAILBOX_HINT_MAX; i++)
+        atomic_store(&mb->hint_ids[i], c->ids[i]);
+    atomic_fetch_add(&mb->hint_seq, 1);
+}
+
+/* Warm-up hints: the team reads the hinted experts of the layer that have no
+ * slot, each once (duplicates, resident and out-of-range ids skipped; n
+ * clamped to TDM_MAILBOX_HINT_MAX), and nothing for a layer out of range or
+ * a dense one; the jobs around them stay exact. */
+static void test_warm_up(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    const int32_t E = hp->n_expert;
+    tdm_error err = {0};
+    tdm_pool_params pp = {.model = m, .n_threads = 2, .max_tok = 1, .spin = 1 << 20};
+    tdm_pool *p;
+    assert_int_equal(tdm_pool_new(&pp, &p, &err), TDM_OK);
+    int32_t *res = malloc((size_t)hp->n_layer * E * sizeof *res);
+    for (int32_t i = 0; i < hp->n_layer * E; i++)
+        res[i] = i % E % 3 == 0 ? i : -1; /* experts 0, 3, 6, ... have slots */
+    tdm_pool_set_residency(p, res);
+    tdm_mailbox *mb = tdm_pool_mailbox(p);
+    int32_t il = 0;
+    while (tdm_model_layer(m, il)->ffn != TDM_FFN_MOE)
+        il++;
+    const tdm_layer *L = tdm_model_layer(m, il);
+    const uint64_t eb = L->gate_exps.mat_bytes + L->up_exps.mat_bytes + L->down_exps.mat_bytes;
+    mb->layer = il;
+    mb->n_tok = 1;
+    for (int32_t i = 0; i < hp->n_expert_used; i++) {
+        mb->ids[i] = i;
+        mb->weights[i] = 1.0f;
+    }
+    memset(mb->x, 0, (size_t)hp->n_embd * sizeof(float));
+    /* 1 and 2 have no slot, 1 twice, 3 has one, then ids out of range */
+    hint_case c = {il, 6, {1, 2, 1, 3, E, -1}};
+    tdm_pool_stats d = warm_once(p, publish_case, &c, true);
+    assert_int_equal(d.warms, 1);
+    assert_int_equal(d.warm_cut, 0);
+    assert_int_equal(d.warm_bytes, 2 * eb);
+    /* n far past the array: the first TDM_MAILBOX_HINT_MAX ids only */
+    c.n = 1000;
+    uint8_t seen[TDM_MAILBOX_HINT_MAX] = {0};
+    int32_t want = 0; /* the distinct ids without a slot */
+    for (int i = 0; i < TDM_MAILBOX_HINT_MAX; i++) {
+        c.ids[i] = i % (E + 1); /* E: out of range */
+        if (c.ids[i] < E && c.ids[i] % 3 != 0 && !seen[c.ids[i]]++)
+            want++;
+    }
+    d = warm_once(p, publish_case, &c, true);
+    assert_int_equal(d.warms, 1);
+    assert_int_equal(d.warm_bytes, (uint64_t)want * eb);
+    /* nothing to read: every id has a slot, or the layer is out of range */
+    const hint_case none[] = {{il, 2, {0, 3}}, {hp->n_layer, 2, {1, 2}}, {-1, 2, {1, 2}}, {il, -4, {1, 2}}};
+    for (size_t i = 0; i < sizeof none / sizeof *none; i++) {
+        d = warm_once(p, publish_case, (void *)&none[i], false);
+        assert_int_equal(d.warms, 0);
+        assert_int_equal(d.warm_bytes, 0);
+    }
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        if (tdm_model_layer(m, l)->ffn != TDM_FFN_MOE) {
+            hint_case dense = {l, 2, {1, 2}};
+            d = warm_once(p, publish_case, &dense, false);
+            assert_int_equal(d.warms, 0);
+        }
+    tdm_pool_free(p);
+    free(res);
     tdm_model_free(m);
     alarm(0);
 }
@@ -351,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_kick_after_idle),
         cmocka_unit_test(test_bad_jobs_and_sleep),
         cmocka_unit_test(test_copy_jobs),
+        cmocka_unit_test(test_warm_up),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
