@@ -19,6 +19,8 @@
 #define MM_CHUNK_ROWS 8192 /* rows per fp16 dequant chunk of the prompt GEMM */
 #define LOGIT_ROWS 32      /* rows of logits computed per head pass */
 
+_Static_assert(TDM_GPU_HINT_MAX == TDM_MAILBOX_HINT_MAX, "the device's warm-up hint and the mailbox's differ");
+
 /* A device copy of one 2-D weight in its file format. */
 typedef struct dweight {
     const void *d;   /* device; NULL when absent */
@@ -686,7 +688,7 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
         f->pf.hint_layer = (int32_t *)&mb->hint_layer;
         f->pf.hint_n = (int32_t *)&mb->hint_n;
         f->pf.hint_ids = (int32_t *)mb->hint_ids;
-        f->pf.hint_max = TDM_MAILBOX_HINT_MAX < TDM_GPU_HINT_MAX ? TDM_MAILBOX_HINT_MAX : TDM_GPU_HINT_MAX;
+        f->pf.hint_max = TDM_GPU_HINT_MAX;
         f->pf.quota = f->ho.quota;
         f->pf.hints = f->hstate + TDM_GPU_HANDOFF_HINTS;
     }
