@@ -10,13 +10,20 @@
 
 #include "kernels.h"
 
-/* A phase's items: the rows of every used expert cut into blocks of rb rows;
- * item w is block w % nblk of expert used[w / nblk], so the items go expert by
- * expert in id order. */
+/* A phase's items (gate/up rows, or down rows): thread v of the plan's nlist
+ * owns the share tdm_experts_share(rows, v, nlist) of every used expert, cut
+ * into blocks of rb rows; item w of its list is block w % nsub of its share
+ * of expert used[w / nsub], so a list goes expert by expert in id order. */
 typedef struct phase {
     int64_t rows, rb;
-    int32_t nblk, n_items;
+    int32_t used;
 } phase;
+
+/* The next item of thread v's gate/up and down lists: bumped by v, and by
+ * the others once their own lists are done. Own cache line. */
+typedef struct list_next {
+    _Alignas(64) _Atomic int32_t gu, dn;
+} list_next;
 
 /* The call in progress: written by thread 0 before the team starts, then read-only. */
 typedef struct job {
@@ -54,8 +61,8 @@ struct tdm_experts_scratch {
                             * hidden rows are quantised for down */
     job job;
     phase gu, dn;       /* gate/up rows (n_ff per expert), down rows (n_embd) */
-    _Alignas(64) _Atomic int32_t next; /* next item: gate/up items, then down items; own line, as
-                                        * every thread bumps it */
+    int nlist;          /* item lists of the call: the team's nth (1 for a tiny call) */
+    list_next next[TDM_EXPERTS_MAX_TEAM];
 };
 
 /* Largest activation row of n elements over every format (F32 is the widest). */
@@ -197,32 +204,48 @@ static int32_t sort_selections(const tdm_experts_desc *d, int32_t n_tok, const t
     return used;
 }
 
-/* Cuts every used expert's `rows` into blocks so that there are about
- * ITEMS_PER_THREAD blocks per thread in total: the dynamic schedule evens out
- * the rest, and a thread's last block, all that can be left over when the
- * others are done, is short. Blocks start at multiples of 4 rows, so every row
- * is computed the same way for any thread count. */
+void tdm_experts_share(int64_t rows, int tid, int nth, int64_t *r0, int64_t *r1)
+{
+    *r0 = tid <= 0 ? 0 : tid >= nth ? rows : (rows * tid / nth) & ~(int64_t)3;
+    *r1 = tid + 1 >= nth ? rows : (rows * (tid + 1) / nth) & ~(int64_t)3;
+}
+
+/* Blocks of about rows * used / (nlist * ITEMS_PER_THREAD) rows: a thread's
+ * last block, all that can be left of its list when the others are done and
+ * come to help, is short. Blocks start at multiples of 4 rows (shares do, and
+ * rb is one), so every row is computed the same way for any thread count. */
 #define ITEMS_PER_THREAD 8
 
-static void plan(phase *ph, int64_t rows, int32_t used, int nth)
+static void plan(phase *ph, int64_t rows, int32_t used, int nlist)
 {
-    const int64_t parts = (int64_t)nth * ITEMS_PER_THREAD;
+    const int64_t parts = (int64_t)nlist * ITEMS_PER_THREAD;
     int64_t rb = (rows * used + parts - 1) / parts;
     if (rb < MIN_ROWS)
         rb = MIN_ROWS;
-    rb = (rb + 3) & ~(int64_t)3;
     ph->rows = rows;
-    ph->rb = rb;
-    ph->nblk = (int32_t)((rows + rb - 1) / rb);
-    ph->n_items = used * ph->nblk;
+    ph->rb = (rb + 3) & ~(int64_t)3;
+    ph->used = used;
 }
 
-/* Item w of ph: the index of its expert in s->used, rows [*r0, *r1). */
-static int32_t item(const phase *ph, int32_t w, int64_t *r0, int64_t *r1)
+/* Blocks of thread v's share of one expert, and the share's first row. */
+static int32_t share_blocks(const phase *ph, int v, int nlist, int64_t *a, int64_t *b)
 {
-    *r0 = (int64_t)(w % ph->nblk) * ph->rb;
-    *r1 = *r0 + ph->rb < ph->rows ? *r0 + ph->rb : ph->rows;
-    return w / ph->nblk;
+    tdm_experts_share(ph->rows, v, nlist, a, b);
+    return (int32_t)((*b - *a + ph->rb - 1) / ph->rb);
+}
+
+/* Item w of thread v's list: the index of its expert in s->used and rows
+ * [*r0, *r1), or -1 past the list's end. */
+static int32_t item(const phase *ph, int v, int nlist, int32_t w, int64_t *r0, int64_t *r1)
+{
+    int64_t a, b;
+    const int32_t nsub = share_blocks(ph, v, nlist, &a, &b);
+    if (w >= nsub * ph->used)
+        return -1;
+    const int32_t ei = w / nsub;
+    *r0 = a + (int64_t)(w - ei * nsub) * ph->rb;
+    *r1 = *r0 + ph->rb < b ? *r0 + ph->rb : b;
+    return ei;
 }
 
 /* Thread tid's contiguous share [*i0, *i1) of n (what schedule(static) gives). */
@@ -270,7 +293,8 @@ static void gate_up_item(tdm_experts_scratch *s, const job *j, int32_t ei, int64
 }
 
 /* Down item: waits until expert used[ei] is ready (its gate/up items were all
- * taken before any down item, by threads that are running them), then rows
+ * taken before any down item, by threads that are running them: run_phase),
+ * then rows
  * [r0, r1) of its down matrix against all its tokens. */
 static void down_item(tdm_experts_scratch *s, const job *j, int32_t ei, int64_t r0, int64_t r1)
 {
@@ -287,11 +311,36 @@ static void down_item(tdm_experts_scratch *s, const job *j, int32_t ei, int64_t 
                     s->hq + (size_t)o * j->ad, j->ad, c, s->y + (size_t)o * D, (size_t)D);
 }
 
-/* Thread tid of nth: the activations (two barriers), then one stream of items
- * (every gate/up item, then every down item, each expert's down waiting only
- * for that expert), a barrier, the weighted sums. The output of each step
- * lands in the same place whoever computes it, and every token's terms are
- * summed in list order, so the bits do not depend on nth. */
+/* The items of one phase on thread tid: its own list, then, list by list,
+ * whatever the others have not started. A thread leaves the gate/up phase
+ * only after finding every list's gate/up items taken, so by then each of
+ * them is run by a running thread: a down item's wait always ends. */
+static void run_phase(tdm_experts_scratch *s, const job *j, int tid, bool gu)
+{
+    const phase *ph = gu ? &s->gu : &s->dn;
+    const int nl = s->nlist;
+    for (int i = 0; i < nl; i++) {
+        const int v = (tid + i) % nl;
+        _Atomic int32_t *next = gu ? &s->next[v].gu : &s->next[v].dn;
+        for (;;) {
+            int64_t r0, r1;
+            const int32_t ei = item(ph, v, nl, atomic_fetch_add_explicit(next, 1, memory_order_relaxed), &r0, &r1);
+            if (ei < 0)
+                break;
+            if (gu)
+                gate_up_item(s, j, ei, r0, r1);
+            else
+                down_item(s, j, ei, r0, r1);
+        }
+    }
+}
+
+/* Thread tid of nth: the activations (two barriers), the gate/up items, the
+ * down items (each expert's down waiting only for that expert, so threads
+ * done with gate/up start on down while the last gate/up blocks finish), a
+ * barrier, the weighted sums. The output of each step lands in the same place
+ * whoever computes it, and every token's terms are summed in list order, so
+ * the bits do not depend on nth. */
 static void work(void *arg, int tid, int nth)
 {
     tdm_experts_scratch *s = arg;
@@ -301,7 +350,6 @@ static void work(void *arg, int tid, int nth)
     const int64_t D = d->n_embd;
     const size_t ag = j->ag, au = j->au;
     int32_t i0, i1;
-    int64_t r0, r1;
     /* 1. quantise each token once per activation format, then place copies in expert order */
     share(j->n_tok, tid, nth, &i0, &i1);
     for (int32_t t = i0; t < i1; t++) {
@@ -320,17 +368,8 @@ static void work(void *arg, int tid, int nth)
     }
     sync_team(j, nth);
     /* 2. gate/up (+ SwiGLU, + quantising for down) and down items */
-    for (;;) {
-        const int32_t w = atomic_fetch_add_explicit(&s->next, 1, memory_order_relaxed);
-        if (w >= s->gu.n_items + s->dn.n_items)
-            break;
-        const bool gu = w < s->gu.n_items;
-        const int32_t ei = gu ? item(&s->gu, w, &r0, &r1) : item(&s->dn, w - s->gu.n_items, &r0, &r1);
-        if (gu)
-            gate_up_item(s, j, ei, r0, r1);
-        else
-            down_item(s, j, ei, r0, r1);
-    }
+    run_phase(s, j, tid, true);
+    run_phase(s, j, tid, false);
     sync_team(j, nth);
     /* 3. weighted sum per token, in list order */
     share(j->n_tok, tid, nth, &i0, &i1);
@@ -355,6 +394,9 @@ tdm_status tdm_experts_run_team(tdm_team *team, const tdm_experts_desc *d, const
     tdm_status st = check(d, n_tok, sel, n_sel, s, err);
     if (st)
         return st;
+    if (team->nth < 1 || team->nth > TDM_EXPERTS_MAX_TEAM)
+        return tdm_error_set(err, TDM_ERR_INVALID, "experts: a team of %d threads (1..%d)", team->nth,
+                             TDM_EXPERTS_MAX_TEAM);
     const int64_t D = d->n_embd, F = d->n_ff;
     const int32_t used = sort_selections(d, n_tok, sel, n_sel, s);
     s->job = (job){
@@ -369,11 +411,18 @@ tdm_status tdm_experts_run_team(tdm_team *team, const tdm_experts_desc *d, const
      * workers): tiny calls run on the calling thread alone */
     const bool tiny = (double)n_sel * (double)F * (double)D * 3.0 < 65536.0;
     const int nth = tiny ? 1 : team->nth;
+    s->nlist = nth;
     plan(&s->gu, F, used, nth);
     plan(&s->dn, D, used, nth);
-    for (int32_t i = 0; i < used; i++) /* published by the team's start, as is next */
-        atomic_store_explicit(&s->left[i], s->gu.nblk, memory_order_relaxed);
-    atomic_store_explicit(&s->next, 0, memory_order_relaxed);
+    int32_t gu_blocks = 0; /* gate/up items of one expert, over all lists */
+    for (int v = 0; v < nth; v++) {
+        int64_t a, b;
+        gu_blocks += share_blocks(&s->gu, v, nth, &a, &b);
+        atomic_store_explicit(&s->next[v].gu, 0, memory_order_relaxed); /* published by the team's start */
+        atomic_store_explicit(&s->next[v].dn, 0, memory_order_relaxed);
+    }
+    for (int32_t i = 0; i < used; i++)
+        atomic_store_explicit(&s->left[i], gu_blocks, memory_order_relaxed);
     if (nth == 1)
         work(s, 0, 1);
     else
@@ -398,6 +447,8 @@ static void omp_barrier(tdm_team *team)
 tdm_status tdm_experts_run(const tdm_experts_desc *d, const float *x, int32_t n_tok, const tdm_expert_sel *sel,
                            int32_t n_sel, float *out, bool accumulate, tdm_experts_scratch *s, tdm_error *err)
 {
-    tdm_team team = {.nth = omp_get_max_threads(), .run = omp_run, .barrier = omp_barrier};
+    const int nth = omp_get_max_threads();
+    tdm_team team = {.nth = nth < TDM_EXPERTS_MAX_TEAM ? nth : TDM_EXPERTS_MAX_TEAM, .run = omp_run,
+                     .barrier = omp_barrier};
     return tdm_experts_run_team(&team, d, x, n_tok, sel, n_sel, out, accumulate, s, err);
 }

@@ -3,10 +3,13 @@
  * Given one layer's stacked expert matrices (plain pointers, types, strides)
  * and a list of (token, expert, weight) selections, computes for every token
  *     out[t] (+)= sum over its selections s of  s.weight * down_e( silu(gate_e x_t) * up_e x_t )
- * on the quantised weights (cpu_experts/kernels.h). The work is split over
- * (expert x row block) items scheduled dynamically, so all threads finish
- * together whether one expert or many are involved; each expert's rows are
- * multiplied against all of its tokens at once (prefill reads each expert once).
+ * on the quantised weights (cpu_experts/kernels.h). Every thread owns the
+ * same share of every expert's rows (tdm_experts_share), cut into row-block
+ * items; it computes its own items first and then takes the items the others
+ * have not started, so all threads finish together whether one expert or many
+ * are involved, and a thread reads the rows its core read last time (or that
+ * a warm-up read there). Each expert's rows are multiplied against all of its
+ * tokens at once (prefill reads each expert once).
  *
  * It knows nothing of the forward pass: the forward uses it for the routed and
  * shared experts, the hybrid executor for the experts that miss the GPU cache.
@@ -76,6 +79,17 @@ struct tdm_team {
     void (*barrier)(tdm_team *team);
 };
 
+/* Most threads a team may have: the schedule keeps one item counter per
+ * thread in the scratch. */
+#define TDM_EXPERTS_MAX_TEAM 1024
+
+/* The rows [*r0, *r1) of a matrix of `rows` rows that thread tid of a team of
+ * nth owns in every expert of a call: nth contiguous shares that start at
+ * multiples of 4 rows and tile [0, rows) (some may be empty). A thread reading
+ * its share of an expert ahead of a call (the pool's warm-up) leaves those
+ * rows in the caches of the core that will compute them. */
+void tdm_experts_share(int64_t rows, int tid, int nth, int64_t *r0, int64_t *r1);
+
 /* Spin-wait hint (x86 pause), for the team's waits here and in the pool. */
 static inline void tdm_cpu_relax(void)
 {
@@ -86,7 +100,9 @@ static inline void tdm_cpu_relax(void)
 
 /* tdm_experts_run on the team (called on its thread 0 only; the checks and
  * the bookkeeping run there before the team starts; a tiny call runs there
- * alone, without starting the team). */
+ * alone, without starting the team). TDM_ERR_INVALID for a team of more than
+ * TDM_EXPERTS_MAX_TEAM threads. run may start fewer threads than nth (the
+ * others' shares are then taken by those running). */
 tdm_status tdm_experts_run_team(tdm_team *team, const tdm_experts_desc *d, const float *x, int32_t n_tok,
                                 const tdm_expert_sel *sel, int32_t n_sel, float *out, bool accumulate,
                                 tdm_experts_scratch *s, tdm_error *err);

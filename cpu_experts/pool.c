@@ -53,14 +53,14 @@ struct tdm_pool {
     int n_copy;
     _Alignas(64) _Atomic int64_t copy_next; /* next block of the copy job */
     tdm_mailbox *mb;
-    /* the warm-up in flight: its byte ranges (written by the driver before
-     * the team starts), the job number it runs under (a new one cuts it) */
-    struct warm_range {
+    /* the warm-up in flight: its matrices (written by the driver before the
+     * team starts), the job number it runs under (a new one cuts it) */
+    struct warm_mat {
         const uint8_t *p;
-        size_t bytes;
+        size_t row_bytes;
+        int64_t rows;
     } warm[3 * TDM_MAILBOX_HINT_MAX];
     int n_warm;
-    size_t warm_total;
     uint32_t warm_job;
     _Alignas(64) _Atomic uint64_t warm_read; /* bytes the team read */
     _Atomic int warm_cut;
@@ -309,31 +309,37 @@ static void copy_work(void *arg, int tid, int nth)
 
 #define WARM_BLOCK ((size_t)32 << 10)
 
-/* Team worker of a warm-up: blocks tid, tid + nth, ... of the ranges (in the
- * hint's order, so a cut leaves the first experts warm), one load per cache
- * line; stops at a block boundary once a job is published. */
+/* Reads thread tid's share of matrix m (tdm_experts_share: the rows it will
+ * compute first in the job), one load per cache line, checking for a
+ * published job every WARM_BLOCK bytes. Adds the bytes read to *read;
+ * false once a job cut it short. */
+static bool warm_share(tdm_pool *p, const struct warm_mat *m, int tid, int nth, size_t *read)
+{
+    int64_t r0, r1;
+    tdm_experts_share(m->rows, tid, nth, &r0, &r1);
+    const uint8_t *q = m->p + (size_t)r0 * m->row_bytes, *end = m->p + (size_t)r1 * m->row_bytes;
+    while (q < end) {
+        if (atomic_load_explicit(&p->mb->dev_seq, memory_order_relaxed) != p->warm_job)
+            return false;
+        const uint8_t *stop = (size_t)(end - q) > WARM_BLOCK ? q + WARM_BLOCK : end;
+        *read += (size_t)(stop - q);
+        for (; q < stop; q += 64)
+            (void)*(const volatile uint8_t *)q;
+    }
+    return true;
+}
+
+/* Team worker of a warm-up: thread tid's shares, matrix by matrix in the
+ * hint's order, so a cut leaves the first experts warm. */
 static void warm_work(void *arg, int tid, int nth)
 {
     tdm_pool *p = arg;
     size_t read = 0;
-    int r = 0;
-    size_t base = 0; /* offset of range r in the concatenation */
-    for (size_t b = (size_t)tid * WARM_BLOCK; b < p->warm_total; b += (size_t)nth * WARM_BLOCK) {
-        if (atomic_load_explicit(&p->mb->dev_seq, memory_order_relaxed) != p->warm_job) {
+    for (int i = 0; i < p->n_warm; i++)
+        if (!warm_share(p, &p->warm[i], tid, nth, &read)) {
             atomic_store_explicit(&p->warm_cut, 1, memory_order_relaxed);
             break;
         }
-        size_t o = b, end = b + WARM_BLOCK < p->warm_total ? b + WARM_BLOCK : p->warm_total;
-        while (o < end) {
-            while (o >= base + p->warm[r].bytes)
-                base += p->warm[r++].bytes;
-            const size_t stop = end < base + p->warm[r].bytes ? end : base + p->warm[r].bytes;
-            for (const uint8_t *q = p->warm[r].p + (o - base), *e = p->warm[r].p + (stop - base); q < e; q += 64)
-                (void)*(const volatile uint8_t *)q;
-            read += stop - o;
-            o = stop;
-        }
-    }
     atomic_fetch_add_explicit(&p->warm_read, read, memory_order_relaxed);
 }
 
@@ -364,22 +370,19 @@ static void warm(tdm_pool *p, uint32_t job, uint32_t *hint_last)
     const int32_t E = p->hp->n_expert, *res = atomic_load_explicit(&p->residency, memory_order_acquire);
     const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     p->n_warm = 0;
-    p->warm_total = 0;
     for (int32_t i = 0; i < n; i++) {
         const int32_t e = ids[i];
         if (e < 0 || e >= E || p->seen[e] || (res && res[(size_t)il * E + e] >= 0))
             continue;
         p->seen[e] = 1;
-        for (int j = 0; j < 3; j++) {
-            p->warm[p->n_warm++] = (struct warm_range){(const uint8_t *)w[j]->data + (size_t)e * w[j]->mat_bytes,
-                                                       w[j]->mat_bytes};
-            p->warm_total += w[j]->mat_bytes;
-        }
+        for (int j = 0; j < 3; j++)
+            p->warm[p->n_warm++] = (struct warm_mat){(const uint8_t *)w[j]->data + (size_t)e * w[j]->mat_bytes,
+                                                     w[j]->row_bytes, w[j]->rows};
     }
     for (int32_t i = 0; i < n; i++)
         if (ids[i] >= 0 && ids[i] < E)
             p->seen[ids[i]] = 0;
-    if (!p->warm_total)
+    if (!p->n_warm)
         return;
     p->warm_job = job;
     atomic_store_explicit(&p->warm_read, 0, memory_order_relaxed);
@@ -439,9 +442,9 @@ static void *driver(void *arg)
 tdm_status tdm_pool_new(const tdm_pool_params *pp, tdm_pool **out, tdm_error *err)
 {
     *out = NULL;
-    if (!pp->model || pp->max_tok < 1 || pp->n_threads < 0)
-        return tdm_error_set(err, TDM_ERR_INVALID, "pool: need a model, max_tok >= 1 (%d), n_threads >= 0 (%d)",
-                             pp->max_tok, pp->n_threads);
+    if (!pp->model || pp->max_tok < 1 || pp->n_threads < 0 || pp->n_threads > TDM_EXPERTS_MAX_TEAM)
+        return tdm_error_set(err, TDM_ERR_INVALID, "pool: need a model, max_tok >= 1 (%d), n_threads in 0..%d (%d)",
+                             pp->max_tok, TDM_EXPERTS_MAX_TEAM, pp->n_threads);
     const tdm_hparams *hp = tdm_model_hparams(pp->model);
     if (hp->n_expert < 1 || hp->n_expert_used < 1)
         return tdm_error_set(err, TDM_ERR_INVALID, "pool: the model has no routed experts");
@@ -454,6 +457,8 @@ tdm_status tdm_pool_new(const tdm_pool_params *pp, tdm_pool **out, tdm_error *er
     p->hp = hp;
     p->topo = pp->topo;
     p->n_threads = pp->n_threads ? pp->n_threads : pp->topo ? tdm_topology_default_threads(pp->topo) : 1;
+    if (p->n_threads > TDM_EXPERTS_MAX_TEAM)
+        p->n_threads = TDM_EXPERTS_MAX_TEAM;
     p->team = (tdm_team){.nth = p->n_threads, .run = team_run, .barrier = team_barrier};
     p->spin = pp->spin > 0 ? pp->spin : 20000;
     p->spin_busy = p->n_threads + 1 > sysconf(_SC_NPROCESSORS_ONLN) ? 64 : p->spin;

@@ -87,7 +87,8 @@ typedef struct tdm_mailbox {
 typedef struct tdm_pool_params {
     const tdm_model *model;
     const tdm_topology *topo; /* NULL: threads are not pinned */
-    int n_threads;            /* 0: tdm_topology_default_threads (or 1 without a topology) */
+    int n_threads;            /* 0: tdm_topology_default_threads (or 1 without a topology); at most
+                               * TDM_EXPERTS_MAX_TEAM */
     int32_t max_tok;          /* tokens per job */
     int spin;                 /* pause rounds before yielding; 0: 20000 */
     /* Where the mailbox (flags and payload) lives; NULL: the C heap. The GPU

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "experts.h"
 #include "quant.h"
@@ -193,6 +194,7 @@ static void test_bad_selections(void **state)
 #define MAX_TEAM 5
 typedef struct test_team {
     tdm_team team; /* first: the callbacks cast back */
+    int started;   /* threads run starts (nth of the worker); 0: team.nth */
     pthread_barrier_t bar;
     void (*fn)(void *arg, int tid, int nth);
     void *arg;
@@ -205,7 +207,7 @@ typedef struct test_team {
 static void *member_main(void *a)
 {
     const struct member *m = a;
-    m->t->fn(m->t->arg, m->tid, m->t->team.nth);
+    m->t->fn(m->t->arg, m->tid, m->t->started);
     return NULL;
 }
 
@@ -215,12 +217,12 @@ static void tt_run(tdm_team *team, void (*fn)(void *arg, int tid, int nth), void
     pthread_t th[MAX_TEAM];
     t->fn = fn;
     t->arg = arg;
-    for (int i = 1; i < team->nth; i++) {
+    for (int i = 1; i < t->started; i++) {
         t->m[i] = (struct member){t, i};
         assert_int_equal(pthread_create(&th[i], NULL, member_main, &t->m[i]), 0);
     }
-    fn(arg, 0, team->nth);
-    for (int i = 1; i < team->nth; i++)
+    fn(arg, 0, t->started);
+    for (int i = 1; i < t->started; i++)
         pthread_join(th[i], NULL);
 }
 
@@ -237,6 +239,7 @@ static int irand(int n)
 static void test_team_bits(void **state)
 {
     (void)state;
+    alarm(300); /* a share nobody takes would leave a down item waiting forever */
     const tdm_qtype types[] = {TDM_Q_F32, TDM_Q_Q8_0, TDM_Q_Q4_0};
     int cases = 0;
     for (int c = 0; c < 30; c++) {
@@ -265,24 +268,66 @@ static void test_team_bits(void **state)
         for (size_t i = 0; i < nf; i++)
             want[i] = acc ? x[nf - 1 - i] : NAN;
         assert_int_equal(tdm_experts_run(&d, x, n_tok, sel, n_sel, want, acc, s, &err), TDM_OK);
-        for (int nth = 1; nth <= MAX_TEAM; nth++) {
-            test_team t = {.team = {.nth = nth, .run = tt_run, .barrier = tt_barrier}};
-            pthread_barrier_init(&t.bar, NULL, (unsigned)nth);
+        /* teams of 1..MAX_TEAM, and teams that start fewer threads than their
+         * nth (as an OpenMP region may): the missing threads' shares are
+         * taken by the others */
+        for (int v = 0; v < 2 * MAX_TEAM - 1; v++) {
+            const int nth = v < MAX_TEAM ? v + 1 : v - MAX_TEAM + 2, started = v < MAX_TEAM ? nth : 1 + c % (nth - 1);
+            test_team t = {.team = {.nth = nth, .run = tt_run, .barrier = tt_barrier}, .started = started};
+            pthread_barrier_init(&t.bar, NULL, (unsigned)started);
             for (size_t i = 0; i < nf; i++)
                 got[i] = acc ? x[nf - 1 - i] : NAN;
             assert_int_equal(tdm_experts_run_team(&t.team, &d, x, n_tok, sel, n_sel, got, acc, s, &err), TDM_OK);
             pthread_barrier_destroy(&t.bar);
             if (memcmp(got, want, sizeof(float) * nf))
-                fail_msg("case %d (%s/%s/%s D=%lld F=%lld E=%d tok=%d sel=%d acc=%d): %d threads differ", c,
-                         tdm_qtype_name(tg), tdm_qtype_name(tu), tdm_qtype_name(td), (long long)D, (long long)F, E,
-                         n_tok, n_sel, acc, nth);
+                fail_msg("case %d (%s/%s/%s D=%lld F=%lld E=%d tok=%d sel=%d acc=%d): %d threads (%d started) differ",
+                         c, tdm_qtype_name(tg), tdm_qtype_name(tu), tdm_qtype_name(td), (long long)D, (long long)F, E,
+                         n_tok, n_sel, acc, nth, started);
         }
         cases++;
         tdm_experts_scratch_free(s);
         free(g), free(u), free(dn), free(x), free(want), free(got), free(sel);
     }
-    printf("  %d random cases, teams of 1..%d threads: bit-identical to tdm_experts_run (%d OpenMP threads)\n",
-           cases, MAX_TEAM, omp_get_max_threads());
+    alarm(0);
+    printf("  %d random cases, teams of 1..%d threads (and short-started ones): bit-identical to tdm_experts_run "
+           "(%d OpenMP threads)\n", cases, MAX_TEAM, omp_get_max_threads());
+}
+
+/* Shares tile the rows in order, start at multiples of 4 and are even (up to
+ * the rounding to 4); a team past TDM_EXPERTS_MAX_TEAM is refused. */
+static void test_shares(void **state)
+{
+    (void)state;
+    const int64_t rows[] = {0, 1, 3, 4, 7, 16, 100, 511, 512, 2048, 2050};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        for (int nth = 1; nth <= 40; nth++) {
+            int64_t prev = 0, big = 0;
+            for (int t = 0; t < nth; t++) {
+                int64_t r0, r1;
+                tdm_experts_share(rows[i], t, nth, &r0, &r1);
+                assert_int_equal(r0, prev);
+                assert_true(r0 % 4 == 0 && r0 <= r1);
+                big = r1 - r0 > big ? r1 - r0 : big;
+                prev = r1;
+            }
+            assert_int_equal(prev, rows[i]);
+            assert_true(big <= (rows[i] + nth - 1) / nth + 4);
+        }
+    int64_t r0, r1;
+    tdm_experts_share(512, 3, 8, &r0, &r1);
+    assert_true(r0 == 192 && r1 == 256);
+    const int64_t D = 32, F = 32;
+    uint8_t *w = make_weights(TDM_Q_F32, F, D, 1, 0.3f);
+    tdm_experts_desc d = {w, w, w, TDM_Q_F32, TDM_Q_F32, TDM_Q_F32, 0, 0, 0, D, F, 1};
+    float x[32] = {0}, out[32];
+    tdm_expert_sel sel = {0, 0, 1.0f};
+    tdm_experts_scratch *s;
+    tdm_error err = {0};
+    assert_int_equal(tdm_experts_scratch_new(D, F, 1, 1, 1, &s, &err), TDM_OK);
+    test_team t = {.team = {.nth = TDM_EXPERTS_MAX_TEAM + 1, .run = tt_run, .barrier = tt_barrier}, .started = 1};
+    assert_int_equal(tdm_experts_run_team(&t.team, &d, x, 1, &sel, 1, out, false, s, &err), TDM_ERR_INVALID);
+    tdm_experts_scratch_free(s);
+    free(w);
 }
 
 int main(void)
@@ -292,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_quantised),
         cmocka_unit_test(test_bad_selections),
         cmocka_unit_test(test_team_bits),
+        cmocka_unit_test(test_shares),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
