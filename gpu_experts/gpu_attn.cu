@@ -107,14 +107,37 @@ __device__ __forceinline__ float attn_rescale(float m, float M)
     return m == -INFINITY ? 0.0f : expf(m - M);
 }
 
+/* Dot products of q (lane l: channels l + 32c) with key rows kr and kr2,
+ * both rows' loads in flight together. */
+template <int DPL>
+__device__ __forceinline__ void attn_dot2(const float *qr, const __half *kr, const __half *kr2, int lane,
+                                          int head_dim, float *s, float *s2)
+{
+    float a = 0.0f, b = 0.0f;
+#pragma unroll
+    for (int c = 0; c < DPL; c++) {
+        int i = lane + 32 * c;
+        if (i < head_dim) {
+            a += qr[c] * __half2float(kr[i]);
+            b += qr[c] * __half2float(kr2[i]);
+        }
+    }
+    *s = tdm_warp_sum(a);
+    *s2 = tdm_warp_sum(b);
+}
+
+static_assert(ATTN_MAX_SPLITS <= 32, "one warp merges the splits");
+
 /* Block = (query token, query head, split of the keys). Lane l of each warp
  * owns channels l + 32c (c < DPL) of q, of the running output and of each
- * K/V row. The keys are 0..pos[t], read from device memory, so one recorded
- * launch serves every decode step; split z of gridDim.z takes the z-th
- * equal share of them. One split writes o itself; with several, each writes
- * its (max, sum, unnormalised output) to part and the last to finish
- * (count, reset by it) merges them. A position outside the cache writes
- * zeros. */
+ * K/V row; a warp takes two keys per step (every ATTN_WARPS-th pair), so two
+ * rows' loads are in flight. The keys are 0..pos[t], read from device memory,
+ * so one recorded launch serves every decode step; split z of gridDim.z
+ * takes the z-th equal share of them. One split writes o itself; with
+ * several, each writes its (max, sum, unnormalised output) to part and the
+ * last to finish (count, reset by it) merges them: one warp reads every
+ * split's max and sum at once and leaves their weights in shared memory.
+ * A position outside the cache writes zeros. */
 template <int DPL>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc,
@@ -125,6 +148,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     tdm_pdl_enter();
     __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
     __shared__ float s_acc[ATTN_WARPS][DPL * 32];
+    __shared__ float s_w[ATTN_MAX_SPLITS], s_gl;
     __shared__ int s_last;
     int t = blockIdx.y, h = blockIdx.x, split = blockIdx.z, nsplit = gridDim.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -147,23 +171,20 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     float m = -INFINITY, l = 0.0f;
     const int64_t n_keys = p + 1, per = (n_keys + nsplit - 1) / nsplit, j0 = split * per;
     const int64_t j1 = n_keys - j0 < per ? n_keys : j0 + per;
-    for (int64_t j = j0 + warp; j < j1; j += ATTN_WARPS) {
-        const __half *kr = kh + j * head_dim, *vr = vh + j * head_dim;
-        float s = 0.0f;
+    for (int64_t j = j0 + warp; j < j1; j += 2 * ATTN_WARPS) {
+        const bool two = j + ATTN_WARPS < j1; /* uniform over the warp */
+        const int64_t j2 = two ? j + ATTN_WARPS : j;
+        const __half *vr = vh + j * head_dim, *vr2 = vh + j2 * head_dim;
+        float s, s2;
+        attn_dot2<DPL>(qr, kh + j * head_dim, kh + j2 * head_dim, lane, head_dim, &s, &s2);
+        const float mn = fmaxf(m, two ? fmaxf(s, s2) : s), corr = attn_rescale(m, mn);
+        const float p = expf(s - mn), p2 = two ? expf(s2 - mn) : 0.0f;
+        l = l * corr + p + p2;
 #pragma unroll
         for (int c = 0; c < DPL; c++) {
             int i = lane + 32 * c;
-            if (i < head_dim)
-                s += qr[c] * __half2float(kr[i]);
-        }
-        s = tdm_warp_sum(s);
-        float mn = fmaxf(m, s), corr = attn_rescale(m, mn), p = expf(s - mn);
-        l = l * corr + p;
-#pragma unroll
-        for (int c = 0; c < DPL; c++) {
-            int i = lane + 32 * c;
-            float vv = i < head_dim ? __half2float(vr[i]) : 0.0f;
-            acc[c] = acc[c] * corr + p * vv;
+            float vv = i < head_dim ? __half2float(vr[i]) : 0.0f, vv2 = i < head_dim ? __half2float(vr2[i]) : 0.0f;
+            acc[c] = acc[c] * corr + p * vv + p2 * vv2;
         }
         m = mn;
     }
@@ -212,18 +233,24 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
         return;
     __threadfence();
     const float *all = part + ((int64_t)t * n_head + h) * nsplit * pitch;
-    float GM = -INFINITY, GL = 0.0f;
-    for (int z = 0; z < nsplit; z++)
-        GM = fmaxf(GM, __ldcg(all + z * pitch));
-    for (int z = 0; z < nsplit; z++)
-        GL += __ldcg(all + z * pitch + 1) * attn_rescale(__ldcg(all + z * pitch), GM);
+    if (warp == 0) { /* lane z: split z's max and sum */
+        const float mz = lane < nsplit ? __ldcg(all + lane * pitch) : -INFINITY;
+        const float lz = lane < nsplit ? __ldcg(all + lane * pitch + 1) : 0.0f;
+        const float w = attn_rescale(mz, tdm_warp_max(mz)), gl = tdm_warp_sum(lz * w);
+        if (lane < nsplit)
+            s_w[lane] = w;
+        if (lane == 0)
+            s_gl = gl;
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
         float v = 0.0f;
+#pragma unroll 8
         for (int z = 0; z < nsplit; z++) {
-            const float r = attn_rescale(__ldcg(all + z * pitch), GM);
+            const float r = s_w[z];
             v += r == 0.0f ? 0.0f : __ldcg(all + z * pitch + 2 + i) * r;
         }
-        v /= GL;
+        v /= s_gl;
         if (gate)
             v *= tdm_sigmoid(gate[qoff + i]);
         o[qoff + i] = v;

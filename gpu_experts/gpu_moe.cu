@@ -4,7 +4,46 @@
 #include "gpu_moe.cuh"
 #include "gpu_quant.cuh"
 
-/* One warp per token: probabilities in shared memory, k rounds of arg-max. */
+/* The warp's largest (value, id) pair, ties to the lowest id, given each
+ * lane's (*best, *bi); every lane gets the result. A value that is not >= 0
+ * (nothing left, NaN) never wins against one that is. */
+__device__ __forceinline__ void router_warp_argmax(float *best, int *bi)
+{
+#if __CUDA_ARCH__ >= 800
+    /* non-negative floats order as their bits; + 1 keeps 0.0 above "none" */
+    const unsigned key = *best >= 0.0f ? __float_as_uint(*best) + 1u : 0u;
+    const unsigned top = __reduce_max_sync(0xffffffffu, key);
+    *bi = (int)__reduce_min_sync(0xffffffffu, key == top ? (unsigned)*bi : 0xffffffffu);
+    *best = top ? __uint_as_float(top - 1u) : -1.0f;
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, *best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, *bi, o);
+        if (ob > *best || (ob == *best && oi < *bi)) {
+            *best = ob;
+            *bi = oi;
+        }
+    }
+#endif
+}
+
+/* Lane's largest untaken probability among experts lane, lane + 32, ...
+ * (strict: its lowest id wins ties); -1 and n_expert when none is left. */
+__device__ __forceinline__ void router_lane_best(const float *p, int n_expert, int lane, float *best, int *bi)
+{
+    *best = -1.0f;
+    *bi = n_expert;
+    for (int e = lane; e < n_expert; e += 32)
+        if (p[e] > *best) {
+            *best = p[e];
+            *bi = e;
+        }
+}
+
+/* One warp per token: probabilities in shared memory, k rounds of arg-max;
+ * each lane keeps its own best between rounds and only the lane whose
+ * expert was taken looks again. */
 __global__ void __launch_bounds__(32)
     router_kernel(const float *__restrict__ logits, int n_expert, int k, int renorm, int32_t *ids,
                   float *weights)
@@ -27,35 +66,21 @@ __global__ void __launch_bounds__(32)
     float inv = 1.0f / sum;
     for (int e = lane; e < n_expert; e += 32)
         p[e] *= inv;
-    __syncwarp();
-    float chosen[ROUTER_MAX_K];
-    float tot = 0.0f;
+    float mine, tot = 0.0f, chosen[ROUTER_MAX_K];
+    int mine_i;
+    router_lane_best(p, n_expert, lane, &mine, &mine_i);
     for (int r = 0; r < k; r++) {
-        float best = -1.0f;
-        int bi = n_expert;
-        for (int e = lane; e < n_expert; e += 32) {
-            if (p[e] > best) { /* strict: the lowest id of this lane wins ties */
-                best = p[e];
-                bi = e;
-            }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ob > best || (ob == best && oi < bi)) {
-                best = ob;
-                bi = oi;
-            }
-        }
+        float best = mine;
+        int bi = mine_i;
+        router_warp_argmax(&best, &bi);
         chosen[r] = best;
         tot += best;
         if (lane == 0)
             ids[(int64_t)t * k + r] = bi;
-        __syncwarp();
-        if (lane == (bi & 31))
-            p[bi] = -2.0f; /* taken */
-        __syncwarp();
+        if (lane == (bi & 31)) { /* taken: this lane's next best */
+            p[bi] = -2.0f;
+            router_lane_best(p, n_expert, lane, &mine, &mine_i);
+        }
     }
     if (lane == 0) {
         float d = renorm ? 1.0f / tot : 1.0f;
