@@ -294,8 +294,7 @@ static void gate_up_item(tdm_experts_scratch *s, const job *j, int32_t ei, int64
 
 /* Down item: waits until expert used[ei] is ready (its gate/up items were all
  * taken before any down item, by threads that are running them: run_phase),
- * then rows
- * [r0, r1) of its down matrix against all its tokens. */
+ * then rows [r0, r1) of its down matrix against all its tokens. */
 static void down_item(tdm_experts_scratch *s, const job *j, int32_t ei, int64_t r0, int64_t r1)
 {
     const tdm_experts_desc *d = j->d;

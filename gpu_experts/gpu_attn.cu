@@ -130,8 +130,8 @@ static_assert(ATTN_MAX_SPLITS <= 32, "one warp merges the splits");
 
 /* Block = (query token, query head, split of the keys). Lane l of each warp
  * owns channels l + 32c (c < DPL) of q, of the running output and of each
- * K/V row; a warp takes two keys per step (every ATTN_WARPS-th pair), so two
- * rows' loads are in flight. The keys are 0..pos[t], read from device memory,
+ * K/V row; warp w takes keys w and w + ATTN_WARPS in one step, then moves on
+ * by 2 ATTN_WARPS, so two rows' loads are in flight. The keys are 0..pos[t], read from device memory,
  * so one recorded launch serves every decode step; split z of gridDim.z
  * takes the z-th equal share of them. One split writes o itself; with
  * several, each writes its (max, sum, unnormalised output) to part and the
