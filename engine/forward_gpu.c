@@ -125,6 +125,13 @@ struct tdm_forward_gpu {
     tdm_gpu_route_order order; /* device: the pool's hint (pf.last) and a prefetching layer's selections with
                                 * the hinted ones last ([k]), which its MoE launch reads */
     int32_t *stage_host;       /* host [n_layer][pf.n]: what the last step staged */
+    /* the direct share of one-token steps, staged: after the publish, the
+     * share's misses are copied into ds.n (k) more spare slots by a copy
+     * kernel with the GPU to itself, then computed as hits (the MoE kernels'
+     * own host reads reached ~30 GB/s, the copy ~50). ds.n 0: the MoE
+     * kernels read them from host memory. */
+    tdm_gpu_prefetch ds;
+    int32_t ds_prev;           /* the layer the pass staged last, -1: none */
     tdm_budget budget;         /* the plan the cache was sized with */
 
     /* hybrid prompt streaming: a batch of >= stream_min tokens sends every
@@ -641,31 +648,45 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
         p.direct = 0;
     }
     /* the prefetch: its scratch, then its spare slots out of the budget's
-     * (it extends a cache of at least one slot) */
-    int32_t spare = 0;
-    if (want) {
-        TRY(alloc_prefetch(f, want, err));
+     * (it extends a cache of at least one slot); then k more for the
+     * staged direct share, when the rest of the budget holds them */
+    const int32_t want_ds = p.direct != 0 && slot ? hp->n_expert_used : 0;
+    int32_t spare = 0, dspare = 0;
+    if (want || want_ds) {
+        if (want)
+            TRY(alloc_prefetch(f, want, err));
         int64_t left = f->bytes < budget ? (int64_t)((budget - f->bytes) / slot) : 0;
         left = left < f->budget.n_slots ? left : f->budget.n_slots;
         const int64_t keep = xp->n_slots >= 0 ? xp->n_slots : 1, room = left - keep;
         spare = room <= 0 ? 0 : want < room ? want : (int32_t)room;
+        dspare = want_ds && room - spare >= want_ds ? want_ds : 0;
+        if (dspare)
+            TRY(dalloc(f, (size_t)hp->n_layer * (size_t)dspare * sizeof(int32_t), &f->ds.stage, err));
         if (xp->n_slots < 0)
-            p.n_slots = (int32_t)(left - spare);
+            p.n_slots = (int32_t)(left - spare - dspare);
     }
-    TRY(tdm_gpu_slot_device_new(f->g, slot ? slot : 64, 4, spare, &f->sdev, err));
+    TRY(tdm_gpu_slot_device_new(f->g, slot ? slot : 64, 4, spare + dspare, &f->sdev, err));
     p.prefetch = spare; /* what runs: the direct share's tuner starts from it */
     p.dev = f->sdev;
     TRY(tdm_executor_new(f->m, &p, &f->ex, err));
     tdm_expert_cache *c = tdm_executor_cache(f->ex);
     f->bytes += (size_t)tdm_expert_cache_n_slots(c) * tdm_expert_cache_slot_bytes(c); /* the arena */
-    if (tdm_gpu_slot_device_spare(f->sdev)) {
-        f->bytes += (size_t)spare * tdm_expert_cache_slot_bytes(c);
-        f->pf.spare = tdm_gpu_slot_device_spare(f->sdev);
-        f->pf.slot_bytes = tdm_expert_cache_slot_bytes(c);
+    uint8_t *spares = tdm_gpu_slot_device_spare(f->sdev);
+    const size_t sb = tdm_expert_cache_slot_bytes(c);
+    f->pf.n = spares ? spare : 0; /* no room: the scratch stays unused */
+    if (spares) {
+        f->bytes += (size_t)(spare + dspare) * sb;
+        f->pf.spare = spares;
+        f->pf.slot_bytes = sb;
         f->pf.base = tdm_expert_cache_n_slots(c);
-        f->pf.n = spare;
-    } else {
-        f->pf.n = 0; /* no room: the scratch stays unused */
+    }
+    f->ds_prev = -1;
+    if (spares && dspare) {
+        f->ds = (tdm_gpu_prefetch){.slot_of = f->slot_of, .n_expert = hp->n_expert, .spare = spares + spare * sb,
+                                   .slot_bytes = sb, .base = tdm_expert_cache_n_slots(c) + spare, .n = dspare,
+                                   .stage = f->ds.stage,
+                                   .quota = (const int32_t *)(f->hstate + TDM_GPU_HANDOFF_QUOTA)};
+        TRY(tdm_gpu_memset(f->g, f->ds.stage, 0xff, (size_t)hp->n_layer * dspare * sizeof(int32_t), err));
     }
     f->full = calloc((size_t)hp->n_layer, sizeof(bool));
     if (!f->full)
@@ -1113,12 +1134,18 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
             moe.direct = &gl->direct;
         /* a prefetching layer with a pool hint: the hinted selections last */
         const bool reorder = staged && f->pf.hint_seq;
-        if (f->ex && !f->streaming && !f->full[il])
+        const bool handoff = f->ex && !f->streaming && !f->full[il];
+        if (handoff)
             TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, direct, reorder ? &f->order : NULL,
                                         err));
         if (reorder) {
             ids = f->order.ids;
             wts = f->order.weights;
+        }
+        if (handoff && direct && n == 1 && f->ds.n) { /* the share staged, in the order the publish counted */
+            TRY(tdm_gpu_direct_stage(f->g, &f->ds, il, f->ds_prev, ids, k, &gl->direct, &gl->table, err));
+            f->ds_prev = il;
+            moe.direct = NULL;
         }
     }
     TRY(moe_run(f, &moe, ids, wts, n, k, err));
@@ -1223,6 +1250,9 @@ static tdm_status layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error 
             return tdm_error_wrap(err, "layer %d", il);
     }
     /* the last staged entries back to -1: the table is the cache's again */
+    if (f->ds.n && f->ds_prev >= 0)
+        TRY(tdm_gpu_direct_stage(f->g, &f->ds, -1, f->ds_prev, NULL, 0, NULL, NULL, err));
+    f->ds_prev = -1;
     return staged >= 0 ? tdm_gpu_prefetch_stage(f->g, &f->pf, -1, staged, NULL, 0, NULL, NULL, err) : TDM_OK;
 }
 

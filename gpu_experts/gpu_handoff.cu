@@ -202,10 +202,21 @@ extern "C" tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pi
 #define COPY_THREADS 256
 #define COPY_BLOCKS 4 /* per matrix: 12 per staged expert; 8 measured slower (fewer SMs left to the layer) */
 #define COPY_UNROLL 4
+#define DIRECT_COPY_BLOCKS 16 /* per matrix: the direct share's copy has the GPU to itself */
 
-/* One thread: the previous layer's staged entries back to -1 (where they
- * still point at the spare slot; its stage row stays, for the statistics),
- * then the layer's picks. */
+/* Layer prev's entries that still point at p's spare slots back to -1
+ * (prev < 0: none); its stage row stays, for the statistics. */
+__device__ void unstage(const tdm_gpu_prefetch &p, int32_t prev)
+{
+    for (int j = 0; prev >= 0 && j < p.n; j++) {
+        const int32_t e = p.stage[(int64_t)prev * p.n + j];
+        if (e >= 0 && p.slot_of[prev * p.n_expert + e] == p.base + j)
+            p.slot_of[prev * p.n_expert + e] = -1;
+    }
+}
+
+/* One thread: the previous layer's staged entries back to -1, then the
+ * layer's picks. */
 __global__ void __launch_bounds__(STAGE_THREADS)
     stage_kernel(tdm_gpu_prefetch p, int32_t layer, int32_t prev, const int32_t *__restrict__ pred, int32_t k)
 {
@@ -213,11 +224,7 @@ __global__ void __launch_bounds__(STAGE_THREADS)
     if (threadIdx.x != 0)
         return;
     const int64_t E = p.n_expert;
-    for (int j = 0; prev >= 0 && j < p.n; j++) {
-        const int32_t e = p.stage[(int64_t)prev * p.n + j];
-        if (e >= 0 && p.slot_of[prev * E + e] == p.base + j)
-            p.slot_of[prev * E + e] = -1;
-    }
+    unstage(p, prev);
     if (layer < 0)
         return;
     int n = 0;
@@ -296,17 +303,72 @@ __global__ void __launch_bounds__(COPY_THREADS)
     }
 }
 
+/* One thread: the previous layer's entries back to -1, then the direct
+ * share of the selections ids [k] in their order: the first *p.quota misses
+ * (an id out of range counts as one, as in the MoE kernels and the pool)
+ * get spare slots, those in range that is. */
+__global__ void __launch_bounds__(STAGE_THREADS)
+    direct_stage_kernel(tdm_gpu_prefetch p, int32_t layer, int32_t prev, const int32_t *__restrict__ ids, int32_t k)
+{
+    tdm_pdl_enter();
+    if (threadIdx.x != 0)
+        return;
+    unstage(p, prev);
+    if (layer < 0)
+        return;
+    const int64_t E = p.n_expert;
+    const int32_t quota = *p.quota;
+    int n = 0, miss = 0;
+    for (int i = 0; i < k && miss < quota; i++) {
+        const int32_t e = ids[i];
+        const bool in = e >= 0 && e < E;
+        if (in && p.slot_of[layer * E + e] >= 0)
+            continue;
+        miss++;
+        if (in && n < p.n) {
+            p.slot_of[layer * E + e] = p.base + n;
+            p.stage[(int64_t)layer * p.n + n++] = e;
+        }
+    }
+    for (; n < p.n; n++)
+        p.stage[(int64_t)layer * p.n + n] = -1;
+}
+
+static tdm_status check_stage(const tdm_gpu_prefetch *p, int32_t layer, const int32_t *ids, int32_t k,
+                              const tdm_gpu_direct_experts *src, const tdm_gpu_expert_table *table, tdm_error *err)
+{
+    TDM_REQUIRE(err, p && p->slot_of && p->spare && p->stage && p->n >= 1 && p->base >= 0 && p->n_expert >= 1,
+                "gpu stage: incomplete descriptor");
+    TDM_REQUIRE(err, layer < 0 || (ids && k >= 1 && src && src->gate && src->up && src->down && table),
+                "gpu stage: layer %d without selections or sources", layer);
+    TDM_REQUIRE(err, layer < 0 || (src->gate_stride + src->up_stride + src->down_stride <= p->slot_bytes &&
+                                   table->slot_bytes == p->slot_bytes),
+                "gpu stage: layer %d's experts do not fit a %zu-byte slot", layer, p->slot_bytes);
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_direct_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
+                                           const int32_t *ids, int32_t k, const tdm_gpu_direct_experts *src,
+                                           const tdm_gpu_expert_table *table, tdm_error *err)
+{
+    tdm_status st = check_stage(p, layer, ids, k, src, table, err);
+    if (st)
+        return st;
+    TDM_REQUIRE(err, p->quota && !p->hint_seq, "gpu direct stage: needs the share's quota and takes no hint");
+    TDM_LAUNCH(err, g, direct_stage_kernel, 1, STAGE_THREADS, 0, *p, layer, prev, ids, k);
+    if (layer >= 0)
+        TDM_LAUNCH(err, g, prefetch_copy_kernel, dim3(DIRECT_COPY_BLOCKS, 3, (unsigned)p->n), COPY_THREADS, 0, *p,
+                   layer, *src, *table);
+    return TDM_OK;
+}
+
 extern "C" tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
                                              const int32_t *pred, int32_t k, const tdm_gpu_direct_experts *src,
                                              const tdm_gpu_expert_table *table, tdm_error *err)
 {
-    TDM_REQUIRE(err, p && p->slot_of && p->spare && p->stage && p->n >= 1 && p->base >= 0 && p->n_expert >= 1,
-                "gpu prefetch: incomplete descriptor");
-    TDM_REQUIRE(err, layer < 0 || (pred && k >= 1 && src && src->gate && src->up && src->down && table),
-                "gpu prefetch: layer %d without predictions or sources", layer);
-    TDM_REQUIRE(err, layer < 0 || (src->gate_stride + src->up_stride + src->down_stride <= p->slot_bytes &&
-                                   table->slot_bytes == p->slot_bytes),
-                "gpu prefetch: layer %d's experts do not fit a %zu-byte slot", layer, p->slot_bytes);
+    tdm_status st = check_stage(p, layer, pred, k, src, table, err);
+    if (st)
+        return st;
     TDM_REQUIRE(err, !p->hint_seq || (p->hint_layer && p->hint_n && p->hint_ids && p->hints && p->last &&
                                       p->hint_max >= 1 && p->hint_max <= TDM_GPU_HINT_MAX),
                 "gpu prefetch: incomplete warm-up hint");

@@ -156,6 +156,20 @@ tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t
                                   const int32_t *pred, int32_t k, const tdm_gpu_direct_experts *src,
                                   const tdm_gpu_expert_table *table, tdm_error *err);
 
+/* The direct share of a one-token launch, staged: after the layer's publish
+ * (which counted the misses on the table before this), gives the first
+ * *p->quota selections of ids [k] without a slot, in that order (the
+ * pool's and the MoE kernels' count), p's spare slots, at most p->n, and
+ * copies their matrices from src over PCIe with the GPU to itself, so the
+ * layer's MoE kernels compute them from device memory as hits (launch them
+ * without tdm_gpu_direct_experts). The ids must be distinct (a token's
+ * top-k): a second selection of a staged expert would be a hit. First it
+ * clears the entries layer prev staged; layer < 0 only clears. p needs
+ * quota and no hint; its stage rows are [n_layer][n]. */
+tdm_status tdm_gpu_direct_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
+                                const int32_t *ids, int32_t k, const tdm_gpu_direct_experts *src,
+                                const tdm_gpu_expert_table *table, tdm_error *err);
+
 /* Device copy dst[r][0..width) = src[r * src_pitch ...] for rows r < rows
  * into host memory, then waits (2-D download, e.g. one layer-strided slab). */
 tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,

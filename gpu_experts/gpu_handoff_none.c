@@ -37,6 +37,14 @@ tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t
     return no_cuda(err, "gpu prefetch");
 }
 
+tdm_status tdm_gpu_direct_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
+                                const int32_t *ids, int32_t k, const tdm_gpu_direct_experts *src,
+                                const tdm_gpu_expert_table *table, tdm_error *err)
+{
+    (void)g, (void)p, (void)layer, (void)prev, (void)ids, (void)k, (void)src, (void)table;
+    return no_cuda(err, "gpu direct stage");
+}
+
 tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, int spare,
                                    tdm_expert_device **out, tdm_error *err)
 {

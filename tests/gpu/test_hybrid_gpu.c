@@ -257,7 +257,8 @@ static void test_direct_needs_copy(void **state)
  * tables: 3 layers x 7 experts, 3 spare slots at index 4 (after 4 real
  * slots); in host memory up [7][48] (16-byte aligned: the vector path),
  * then gate [7][37] and down [7][100] (the byte path). Then the pool's
- * warm-up hint the stage kernel writes into mapped memory. */
+ * warm-up hint the stage kernel writes into mapped memory, and the staged
+ * direct share. */
 static void test_prefetch_kernels(void **state)
 {
     (void)state;
@@ -417,6 +418,65 @@ static void test_prefetch_kernels(void **state)
     want[2 * E + 2] = 3;
     assert_memory_equal(got, want, sizeof got); /* layer 1's staged entry cleared again */
     assert_int_equal(hm[0], 2);
+
+    /* the staged direct share (tdm_gpu_direct_stage) in the same 3 spare
+     * slots, share 2: layer 1's selections 1 3 5 0 (1 has a slot) stage the
+     * first 2 misses, 3 and 5, in that order; 0 is the pool's */
+    tdm_gpu_prefetch ds = pf;
+    ds.quota = quota;
+    const int32_t two = 2, eight = 8, zero = 0, s1[K] = {1, 3, 5, 0}, s2[K] = {6, 9, 4, 0};
+    int32_t base_res[NL * E];
+    memcpy(base_res, res, sizeof base_res);
+    base_res[2 * E + 2] = 3; /* the real slot given above */
+    assert_int_equal(tdm_gpu_upload(g, quota, &two, sizeof two, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_upload(g, pred, s1, sizeof s1, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_memset(g, spare, 0xab, NS * slot, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_direct_stage(g, &ds, 1, -1, pred, K, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, st, stage, sizeof st, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, sp, spare, NS * slot, &err), TDM_OK);
+    memcpy(want, base_res, sizeof want);
+    want[1 * E + 3] = BASE, want[1 * E + 5] = BASE + 1;
+    assert_memory_equal(got, want, sizeof got);
+    assert_true(st[1 * NS + 0] == 3 && st[1 * NS + 1] == 5 && st[1 * NS + 2] == -1);
+    assert_memory_equal(sp + goff, hgate + 3 * gb, gb);
+    assert_memory_equal(sp + uoff, hup + 3 * ub, ub);
+    assert_memory_equal(sp + slot + doff, hdown + 5 * db, db);
+    for (size_t b = 0; b < slot; b++) /* spare slot 2 untouched */
+        assert_int_equal(sp[2 * slot + b], 0xab);
+    /* layer 2, clearing layer 1, a share over the misses: 6, 9 (out of
+     * range: a miss, never staged) and 0 miss, 4 has a slot */
+    assert_int_equal(tdm_gpu_upload(g, quota, &eight, sizeof eight, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_upload(g, pred, s2, sizeof s2, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_direct_stage(g, &ds, 2, 1, pred, K, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, st, stage, sizeof st, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, sp, spare, NS * slot, &err), TDM_OK);
+    memcpy(want, base_res, sizeof want);
+    want[2 * E + 6] = BASE, want[2 * E + 0] = BASE + 1;
+    assert_memory_equal(got, want, sizeof got);
+    assert_true(st[2 * NS + 0] == 6 && st[2 * NS + 1] == 0 && st[2 * NS + 2] == -1);
+    assert_memory_equal(sp + doff, hdown + 6 * db, db);
+    assert_memory_equal(sp + slot + goff, hgate, gb);
+    /* share 0 stages nothing (layer 2 cleared); then clear only */
+    assert_int_equal(tdm_gpu_upload(g, quota, &zero, sizeof zero, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_upload(g, pred, s1, sizeof s1, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_direct_stage(g, &ds, 1, 2, pred, K, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, st, stage, sizeof st, &err), TDM_OK);
+    assert_memory_equal(got, base_res, sizeof got);
+    assert_true(st[1 * NS + 0] == -1 && st[1 * NS + 1] == -1 && st[1 * NS + 2] == -1);
+    assert_int_equal(tdm_gpu_direct_stage(g, &ds, -1, 1, NULL, 0, NULL, NULL, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
+    assert_memory_equal(got, base_res, sizeof got);
+    /* it needs the share's quota and takes no hint */
+    ds.quota = NULL;
+    assert_int_equal(tdm_gpu_direct_stage(g, &ds, 1, -1, pred, K, &src, &tab, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_direct_stage(g, &ph, 1, -1, pred, K, &src, &tab, &err), TDM_ERR_INVALID);
 
     /* bad arguments */
     assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, NULL, K, &src, &tab, &err), TDM_ERR_INVALID);
