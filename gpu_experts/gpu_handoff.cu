@@ -204,62 +204,85 @@ extern "C" tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pi
 #define COPY_UNROLL 4
 #define DIRECT_COPY_BLOCKS 16 /* per matrix: the direct share's copy has the GPU to itself */
 
+/* The stage kernels run as one warp, lane i on selection i < k (k <= 32),
+ * so their few dependent loads do not queue up one after another. */
+
+/* How many lanes below this one have their bit set in mask. */
+__device__ __forceinline__ int lane_rank(unsigned mask)
+{
+    return __popc(mask & ((1u << (threadIdx.x & 31)) - 1u));
+}
+
 /* Layer prev's entries that still point at p's spare slots back to -1
- * (prev < 0: none); its stage row stays, for the statistics. */
+ * (prev < 0: none; lane j: spare slot j); its stage row stays, for the
+ * statistics. The whole warp calls it. */
 __device__ void unstage(const tdm_gpu_prefetch &p, int32_t prev)
 {
-    for (int j = 0; prev >= 0 && j < p.n; j++) {
+    const int j = threadIdx.x & 31;
+    if (prev >= 0 && j < p.n) {
         const int32_t e = p.stage[(int64_t)prev * p.n + j];
         if (e >= 0 && p.slot_of[prev * p.n_expert + e] == p.base + j)
             p.slot_of[prev * p.n_expert + e] = -1;
     }
+    __syncwarp(); /* before any lane reads the table again */
 }
 
-/* One thread: the previous layer's staged entries back to -1, then the
- * layer's picks. */
+/* The lanes with `take` set, in lane order, give their expert e the spare
+ * slots (at most p.n); layer's stage row gets them, then -1. The whole warp
+ * calls it. */
+__device__ void stage_lanes(const tdm_gpu_prefetch &p, int32_t layer, int32_t e, bool take)
+{
+    const unsigned m = __ballot_sync(0xffffffffu, take);
+    const int r = lane_rank(m), lane = threadIdx.x & 31, staged = __popc(m) < p.n ? __popc(m) : p.n;
+    if (take && r < p.n) {
+        p.slot_of[layer * p.n_expert + e] = p.base + r;
+        p.stage[(int64_t)layer * p.n + r] = e;
+    }
+    if (lane >= staged && lane < p.n)
+        p.stage[(int64_t)layer * p.n + lane] = -1;
+}
+
+/* One warp: the previous layer's staged entries back to -1, then the
+ * layer's picks (an id predicted twice counts once, at its best rank). */
 __global__ void __launch_bounds__(STAGE_THREADS)
     stage_kernel(tdm_gpu_prefetch p, int32_t layer, int32_t prev, const int32_t *__restrict__ pred, int32_t k)
 {
     tdm_pdl_enter();
-    if (threadIdx.x != 0)
-        return;
-    const int64_t E = p.n_expert;
     unstage(p, prev);
     if (layer < 0)
         return;
-    int n = 0;
-    for (int i = 0; i < k && n < p.n; i++) {
-        const int32_t e = pred[i];
-        if (e < 0 || e >= E || p.slot_of[layer * E + e] >= 0)
-            continue;
-        p.slot_of[layer * E + e] = p.base + n;
-        p.stage[(int64_t)layer * p.n + n++] = e;
-    }
-    for (; n < p.n; n++)
-        p.stage[(int64_t)layer * p.n + n] = -1;
+    const int lane = threadIdx.x;
+    const int64_t E = p.n_expert;
+    const int32_t e = lane < k ? pred[lane] : -1;
+    const bool first = __ffs(__match_any_sync(0xffffffffu, e)) - 1 == lane;
+    const bool no_slot = first && e >= 0 && e < E && p.slot_of[layer * E + e] < 0;
+    const unsigned fm = __ballot_sync(0xffffffffu, no_slot);
+    stage_lanes(p, layer, e, no_slot);
     if (!p.hint_seq)
         return;
     /* the pool's share: what the prediction leaves without a slot, less the
      * direct share; its most likely experts, best first */
-    int left = 0, m = 0;
-    for (int i = 0; i < k; i++)
-        left += pred[i] >= 0 && pred[i] < E && p.slot_of[layer * E + pred[i]] < 0;
-    int want = left - (p.quota && *p.quota > 0 ? *p.quota : 0);
+    const bool left = no_slot && lane_rank(fm) >= p.n;
+    const unsigned lm = __ballot_sync(0xffffffffu, left);
+    int want = __popc(lm) - (p.quota && *p.quota > 0 ? *p.quota : 0);
     want = want < p.hint_max ? want : p.hint_max;
-    for (int i = 0; i < k && m < want; i++) {
-        const int32_t e = pred[i];
-        if (e >= 0 && e < E && p.slot_of[layer * E + e] < 0)
-            p.last[1 + m++] = e;
+    const int m = want > 0 ? want : 0, r = lane_rank(lm);
+    if (left && r < m) {
+        p.last[1 + r] = e;
+        p.hint_ids[r] = e;
     }
-    p.last[0] = m;
+    if (lane == 0)
+        p.last[0] = m;
     if (!m)
         return;
-    for (int j = 0; j < m; j++)
-        p.hint_ids[j] = p.last[1 + j];
-    *p.hint_layer = layer;
-    *p.hint_n = m;
-    __threadfence_system(); /* the hint before its number */
-    *(volatile uint32_t *)p.hint_seq = ++*p.hints;
+    __threadfence_system(); /* every lane's ids before the hint's number */
+    __syncwarp();
+    if (lane == 0) {
+        *p.hint_layer = layer;
+        *p.hint_n = m;
+        __threadfence_system();
+        *(volatile uint32_t *)p.hint_seq = ++*p.hints;
+    }
 }
 
 /* blockIdx.z: spare slot, blockIdx.y: gate / up / down. Reads host memory
@@ -303,35 +326,25 @@ __global__ void __launch_bounds__(COPY_THREADS)
     }
 }
 
-/* One thread: the previous layer's entries back to -1, then the direct
- * share of the selections ids [k] in their order: the first *p.quota misses
- * (an id out of range counts as one, as in the MoE kernels and the pool)
- * get spare slots, those in range that is. */
+/* One warp: the previous layer's entries back to -1, then the direct share
+ * of the selections ids [k] in their order: the first *p.quota misses (an
+ * id out of range counts as one, as in the MoE kernels and the pool) get
+ * spare slots, those in range that is. */
 __global__ void __launch_bounds__(STAGE_THREADS)
     direct_stage_kernel(tdm_gpu_prefetch p, int32_t layer, int32_t prev, const int32_t *__restrict__ ids, int32_t k)
 {
     tdm_pdl_enter();
-    if (threadIdx.x != 0)
-        return;
     unstage(p, prev);
     if (layer < 0)
         return;
+    const int lane = threadIdx.x;
     const int64_t E = p.n_expert;
-    const int32_t quota = *p.quota;
-    int n = 0, miss = 0;
-    for (int i = 0; i < k && miss < quota; i++) {
-        const int32_t e = ids[i];
-        const bool in = e >= 0 && e < E;
-        if (in && p.slot_of[layer * E + e] >= 0)
-            continue;
-        miss++;
-        if (in && n < p.n) {
-            p.slot_of[layer * E + e] = p.base + n;
-            p.stage[(int64_t)layer * p.n + n++] = e;
-        }
-    }
-    for (; n < p.n; n++)
-        p.stage[(int64_t)layer * p.n + n] = -1;
+    const int32_t e = lane < k ? ids[lane] : -1;
+    const bool in = e >= 0 && e < E;
+    const bool miss = lane < k && (!in || p.slot_of[layer * E + e] < 0);
+    const unsigned mm = __ballot_sync(0xffffffffu, miss); /* every lane: not under the && */
+    const bool share = miss && lane_rank(mm) < *p.quota;
+    stage_lanes(p, layer, e, share && in);
 }
 
 static tdm_status check_stage(const tdm_gpu_prefetch *p, int32_t layer, const int32_t *ids, int32_t k,
@@ -339,8 +352,11 @@ static tdm_status check_stage(const tdm_gpu_prefetch *p, int32_t layer, const in
 {
     TDM_REQUIRE(err, p && p->slot_of && p->spare && p->stage && p->n >= 1 && p->base >= 0 && p->n_expert >= 1,
                 "gpu stage: incomplete descriptor");
-    TDM_REQUIRE(err, layer < 0 || (ids && k >= 1 && src && src->gate && src->up && src->down && table),
-                "gpu stage: layer %d without selections or sources", layer);
+    TDM_REQUIRE(err, p->n <= STAGE_THREADS, "gpu stage: %d spare slots (at most %d)", p->n, STAGE_THREADS);
+    TDM_REQUIRE(err, layer < 0 || (ids && k >= 1 && k <= STAGE_THREADS && src && src->gate && src->up && src->down &&
+                                   table),
+                "gpu stage: layer %d without sources or selections, or %d of them (at most %d)", layer, k,
+                STAGE_THREADS);
     TDM_REQUIRE(err, layer < 0 || (src->gate_stride + src->up_stride + src->down_stride <= p->slot_bytes &&
                                    table->slot_bytes == p->slot_bytes),
                 "gpu stage: layer %d's experts do not fit a %zu-byte slot", layer, p->slot_bytes);

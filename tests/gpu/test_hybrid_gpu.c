@@ -253,6 +253,35 @@ static void test_direct_needs_copy(void **state)
     fx_micro_close(&mc);
 }
 
+/* The device tables of test_prefetch_kernels and their sizes. */
+typedef struct stage_fx {
+    tdm_gpu *g;
+    const int32_t *slot_of, *stage;
+    const uint8_t *spare;
+    size_t slot_of_bytes, stage_bytes, spare_bytes;
+} stage_fx;
+
+/* Waits for the launches, then reads the residency table back into got and,
+ * when not NULL, the stage rows into st and the spare slots into sp. */
+static void read_back(const stage_fx *x, int32_t *got, int32_t *st, uint8_t *sp)
+{
+    tdm_error err = {0};
+    assert_int_equal(tdm_gpu_sync(x->g, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_download(x->g, got, x->slot_of, x->slot_of_bytes, &err), TDM_OK);
+    if (st)
+        assert_int_equal(tdm_gpu_download(x->g, st, x->stage, x->stage_bytes, &err), TDM_OK);
+    if (sp)
+        assert_int_equal(tdm_gpu_download(x->g, sp, x->spare, x->spare_bytes, &err), TDM_OK);
+}
+
+/* A 3-slot stage row, slot by slot (a failure names the value). */
+static void stage_row(const int32_t *row, int32_t s0, int32_t s1, int32_t s2)
+{
+    assert_int_equal(row[0], s0);
+    assert_int_equal(row[1], s1);
+    assert_int_equal(row[2], s2);
+}
+
 /* The prefetch's stage and copy kernels (gpu_handoff.h) on hand-made
  * tables: 3 layers x 7 experts, 3 spare slots at index 4 (after 4 real
  * slots); in host memory up [7][48] (16-byte aligned: the vector path),
@@ -301,15 +330,13 @@ static void test_prefetch_kernels(void **state)
     int32_t got[NL * E], st[NL * NS];
     uint8_t *sp = malloc(NS * slot);
     assert_non_null(sp);
+    const stage_fx fx = {g, slot_of, stage, spare, sizeof got, sizeof st, NS * slot};
 
     /* layer 1, predicted 3 1 5 0: 1 has a slot, so 3 5 0 are staged */
     const int32_t p1[K] = {3, 1, 5, 0};
     assert_int_equal(tdm_gpu_upload(g, pred, p1, sizeof p1, &err), TDM_OK);
     assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, pred, K, &src, &tab, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, st, stage, sizeof st, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, sp, spare, NS * slot, &err), TDM_OK);
+    read_back(&fx, got, st, sp);
     int32_t want[NL * E];
     memcpy(want, res, sizeof want);
     want[1 * E + 3] = BASE, want[1 * E + 5] = BASE + 1, want[1 * E + 0] = BASE + 2;
@@ -332,10 +359,7 @@ static void test_prefetch_kernels(void **state)
     const int32_t p2[K] = {2, 4, 6, 4};
     assert_int_equal(tdm_gpu_upload(g, pred, p2, sizeof p2, &err), TDM_OK);
     assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 2, 1, pred, K, &src, &tab, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, st, stage, sizeof st, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, sp, spare, NS * slot, &err), TDM_OK);
+    read_back(&fx, got, st, sp);
     memcpy(want, res, sizeof want);
     want[2 * E + 2] = BASE, want[2 * E + 6] = BASE + 1;
     assert_memory_equal(got, want, sizeof got);
@@ -351,10 +375,22 @@ static void test_prefetch_kernels(void **state)
     int32_t real = 3;
     assert_int_equal(tdm_gpu_upload(g, slot_of + 2 * E + 2, &real, sizeof real, &err), TDM_OK);
     assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, -1, 2, NULL, 0, NULL, NULL, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
+    read_back(&fx, got, NULL, NULL);
     memcpy(want, res, sizeof want);
     want[2 * E + 2] = 3;
+    assert_memory_equal(got, want, sizeof got);
+
+    /* an id predicted twice is staged once: layer 2, 3 3 5 0 -> 3 5 0 */
+    const int32_t pd[K] = {3, 3, 5, 0};
+    assert_int_equal(tdm_gpu_upload(g, pred, pd, sizeof pd, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 2, -1, pred, K, &src, &tab, &err), TDM_OK);
+    read_back(&fx, got, st, NULL);
+    want[2 * E + 3] = BASE, want[2 * E + 5] = BASE + 1, want[2 * E + 0] = BASE + 2;
+    assert_memory_equal(got, want, sizeof got);
+    stage_row(st + 2 * NS, 3, 5, 0);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, -1, 2, NULL, 0, NULL, NULL, &err), TDM_OK);
+    read_back(&fx, got, NULL, NULL);
+    want[2 * E + 3] = -1, want[2 * E + 5] = -1, want[2 * E + 0] = -1;
     assert_memory_equal(got, want, sizeof got);
 
     /* the pool's hint, one spare slot, a direct share of 1: layer 1 predicted
@@ -412,8 +448,7 @@ static void test_prefetch_kernels(void **state)
     assert_int_equal(tdm_gpu_download(g, last, ph.last, sizeof(int32_t), &err), TDM_OK);
     assert_int_equal(last[0], 0);
     assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, -1, 1, NULL, 0, NULL, NULL, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
+    read_back(&fx, got, NULL, NULL);
     memcpy(want, res, sizeof want);
     want[2 * E + 2] = 3;
     assert_memory_equal(got, want, sizeof got); /* layer 1's staged entry cleared again */
@@ -432,14 +467,11 @@ static void test_prefetch_kernels(void **state)
     assert_int_equal(tdm_gpu_upload(g, pred, s1, sizeof s1, &err), TDM_OK);
     assert_int_equal(tdm_gpu_memset(g, spare, 0xab, NS * slot, &err), TDM_OK);
     assert_int_equal(tdm_gpu_direct_stage(g, &ds, 1, -1, pred, K, &src, &tab, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, st, stage, sizeof st, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, sp, spare, NS * slot, &err), TDM_OK);
+    read_back(&fx, got, st, sp);
     memcpy(want, base_res, sizeof want);
     want[1 * E + 3] = BASE, want[1 * E + 5] = BASE + 1;
     assert_memory_equal(got, want, sizeof got);
-    assert_true(st[1 * NS + 0] == 3 && st[1 * NS + 1] == 5 && st[1 * NS + 2] == -1);
+    stage_row(st + 1 * NS, 3, 5, -1);
     assert_memory_equal(sp + goff, hgate + 3 * gb, gb);
     assert_memory_equal(sp + uoff, hup + 3 * ub, ub);
     assert_memory_equal(sp + slot + doff, hdown + 5 * db, db);
@@ -450,28 +482,22 @@ static void test_prefetch_kernels(void **state)
     assert_int_equal(tdm_gpu_upload(g, quota, &eight, sizeof eight, &err), TDM_OK);
     assert_int_equal(tdm_gpu_upload(g, pred, s2, sizeof s2, &err), TDM_OK);
     assert_int_equal(tdm_gpu_direct_stage(g, &ds, 2, 1, pred, K, &src, &tab, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, st, stage, sizeof st, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, sp, spare, NS * slot, &err), TDM_OK);
+    read_back(&fx, got, st, sp);
     memcpy(want, base_res, sizeof want);
     want[2 * E + 6] = BASE, want[2 * E + 0] = BASE + 1;
     assert_memory_equal(got, want, sizeof got);
-    assert_true(st[2 * NS + 0] == 6 && st[2 * NS + 1] == 0 && st[2 * NS + 2] == -1);
+    stage_row(st + 2 * NS, 6, 0, -1);
     assert_memory_equal(sp + doff, hdown + 6 * db, db);
     assert_memory_equal(sp + slot + goff, hgate, gb);
     /* share 0 stages nothing (layer 2 cleared); then clear only */
     assert_int_equal(tdm_gpu_upload(g, quota, &zero, sizeof zero, &err), TDM_OK);
     assert_int_equal(tdm_gpu_upload(g, pred, s1, sizeof s1, &err), TDM_OK);
     assert_int_equal(tdm_gpu_direct_stage(g, &ds, 1, 2, pred, K, &src, &tab, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, st, stage, sizeof st, &err), TDM_OK);
+    read_back(&fx, got, st, NULL);
     assert_memory_equal(got, base_res, sizeof got);
-    assert_true(st[1 * NS + 0] == -1 && st[1 * NS + 1] == -1 && st[1 * NS + 2] == -1);
+    stage_row(st + 1 * NS, -1, -1, -1);
     assert_int_equal(tdm_gpu_direct_stage(g, &ds, -1, 1, NULL, 0, NULL, NULL, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_download(g, got, slot_of, sizeof got, &err), TDM_OK);
+    read_back(&fx, got, NULL, NULL);
     assert_memory_equal(got, base_res, sizeof got);
     /* it needs the share's quota and takes no hint */
     ds.quota = NULL;
@@ -480,6 +506,7 @@ static void test_prefetch_kernels(void **state)
 
     /* bad arguments */
     assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, NULL, K, &src, &tab, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, pred, 33, &src, &tab, &err), TDM_ERR_INVALID);
     tdm_gpu_expert_table small = tab;
     small.slot_bytes = slot - 16;
     assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, pred, K, &src, &small, &err), TDM_ERR_INVALID);
