@@ -1149,11 +1149,9 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         }
     }
     TRY(moe_run(f, &moe, ids, wts, n, k, err));
-    if (!f->ex || L->ffn != TDM_FFN_MOE)
-        return TDM_OK;
-    if (f->streaming)
+    if (f->ex && L->ffn == TDM_FFN_MOE && f->streaming)
         return stream_layer(f, gl, il, ids, wts, n, err);
-    return f->full[il] ? TDM_OK : tdm_gpu_handoff_merge(f->g, &f->ho, f->x, n, err);
+    return TDM_OK; /* a hand-off's merge follows in layers() */
 }
 
 /* ---- driver ---- */
@@ -1201,12 +1199,13 @@ static bool prefetching(const tdm_forward_gpu *f, const tdm_layer *L, int32_t il
     return f->pf.n && n == 1 && direct_batch(f, n) && L->ffn == TDM_FFN_MOE && !f->full[il];
 }
 
-/* Layer il's prediction (its router over the residual stream now: the
- * layer's input, or the one before it) on the compute stream's norm, then
- * on the side stream: router, top-k, and the staging and copy of the
- * predicted misses (clearing what layer prev staged). The norm stays on the
- * compute stream because the running layer adds into f->x. */
-static tdm_status prefetch(tdm_forward_gpu *f, const glayer *gl, int32_t il, int32_t prev, tdm_error *err)
+/* Layer il's prediction (its router over the residual stream now) on the
+ * compute stream's norm, then on the side stream: router, top-k and the
+ * staging of the predicted misses, with the pool's hint (clearing what
+ * layer prev staged); with copy, then the copy of the staged experts. The
+ * norm stays on the compute stream because the running layer adds into
+ * f->x. */
+static tdm_status prefetch(tdm_forward_gpu *f, const glayer *gl, int32_t il, int32_t prev, bool copy, tdm_error *err)
 {
     const tdm_hparams *hp = f->hp;
     TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->pxn, 1, hp->n_embd, hp->n_embd, hp->norm_eps, err));
@@ -1215,10 +1214,39 @@ static tdm_status prefetch(tdm_forward_gpu *f, const glayer *gl, int32_t il, int
     if (!st)
         st = tdm_gpu_router(f->g, f->prl, 1, hp->n_expert, gl->k, hp->norm_topk, f->pids, f->pwts, err);
     if (!st)
-        st = tdm_gpu_prefetch_stage(f->g, &f->pf, il, prev, f->pids, gl->k, &gl->direct, &gl->table, err);
+        st = tdm_gpu_prefetch_stage(f->g, &f->pf, il, prev, f->pids, gl->k, err);
+    if (!st && copy)
+        st = tdm_gpu_prefetch_copy(f->g, &f->pf, il, &gl->direct, &gl->table, err);
     tdm_error e2 = {0};
     const tdm_status se = tdm_gpu_side_end(f->g, st ? &e2 : err);
     return st ? st : se;
+}
+
+/* The copy of what layer il's prefetch staged, on the side stream after
+ * everything the compute stream has run so far. */
+static tdm_status prefetch_copy(tdm_forward_gpu *f, const glayer *gl, int32_t il, tdm_error *err)
+{
+    TRY(tdm_gpu_side_begin(f->g, err));
+    tdm_status st = tdm_gpu_prefetch_copy(f->g, &f->pf, il, &gl->direct, &gl->table, err);
+    tdm_error e2 = {0};
+    const tdm_status se = tdm_gpu_side_end(f->g, st ? &e2 : err);
+    return st ? st : se;
+}
+
+/* After layer il's own experts, before its merge waits for the pool: when
+ * the next layer launches no prefetch (it holds every expert, or is dense)
+ * and the one after prefetches, that one is predicted now (from the
+ * residual without the pool's part of layer il), so the pool's hint is there
+ * when its job ends; the copy follows the merge, leaving host memory to the
+ * pool until then. The GPU has nothing else to do meanwhile. Returns the
+ * layer predicted, or -1. */
+static int32_t early_target(const tdm_forward_gpu *f, int32_t il, int32_t n)
+{
+    const int32_t nl = f->hp->n_layer;
+    if (il + 2 >= nl || !prefetching(f, tdm_model_layer(f->m, il + 2), il + 2, n) ||
+        prefetching(f, tdm_model_layer(f->m, il + 1), il + 1, n))
+        return -1;
+    return il + 2;
 }
 
 static tdm_status layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error *err)
@@ -1238,7 +1266,7 @@ static tdm_status layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error 
                               : il + 1 < nl && prefetching(f, tdm_model_layer(f->m, il + 1), il + 1, n) ? il + 1
                                                                                                        : -1;
             if (t >= 0)
-                st = prefetch(f, &f->L[t], t, staged, err);
+                st = prefetch(f, &f->L[t], t, staged, true, err);
             staged = ahead = t >= 0 ? t : ahead;
         }
         if (!st)
@@ -1246,6 +1274,17 @@ static tdm_status layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error 
                                            : deltanet_layer(f, L, gl, n, err);
         if (!st)
             st = ffn_layer(f, L, gl, il, n, pos0, ahead == il, err);
+        if (!st && f->ex && L->ffn == TDM_FFN_MOE && !f->streaming && !f->full[il]) { /* the hand-off's merge */
+            const int32_t t = early_target(f, il, n);
+            if (t >= 0) {
+                st = prefetch(f, &f->L[t], t, staged, false, err);
+                staged = ahead = t;
+            }
+            if (!st)
+                st = tdm_gpu_handoff_merge(f->g, &f->ho, f->x, n, err);
+            if (!st && t >= 0)
+                st = prefetch_copy(f, &f->L[t], t, err);
+        }
         if (st)
             return tdm_error_wrap(err, "layer %d", il);
     }
@@ -1253,7 +1292,7 @@ static tdm_status layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error 
     if (f->ds.n && f->ds_prev >= 0)
         TRY(tdm_gpu_direct_stage(f->g, &f->ds, -1, f->ds_prev, NULL, 0, NULL, NULL, err));
     f->ds_prev = -1;
-    return staged >= 0 ? tdm_gpu_prefetch_stage(f->g, &f->pf, -1, staged, NULL, 0, NULL, NULL, err) : TDM_OK;
+    return staged >= 0 ? tdm_gpu_prefetch_stage(f->g, &f->pf, -1, staged, NULL, 0, err) : TDM_OK;
 }
 
 /* Hybrid, before a step: slot copies that have landed are published and the

@@ -348,18 +348,31 @@ __global__ void __launch_bounds__(STAGE_THREADS)
 }
 
 static tdm_status check_stage(const tdm_gpu_prefetch *p, int32_t layer, const int32_t *ids, int32_t k,
-                              const tdm_gpu_direct_experts *src, const tdm_gpu_expert_table *table, tdm_error *err)
+                              tdm_error *err)
 {
     TDM_REQUIRE(err, p && p->slot_of && p->spare && p->stage && p->n >= 1 && p->base >= 0 && p->n_expert >= 1,
                 "gpu stage: incomplete descriptor");
     TDM_REQUIRE(err, p->n <= STAGE_THREADS, "gpu stage: %d spare slots (at most %d)", p->n, STAGE_THREADS);
-    TDM_REQUIRE(err, layer < 0 || (ids && k >= 1 && k <= STAGE_THREADS && src && src->gate && src->up && src->down &&
-                                   table),
-                "gpu stage: layer %d without sources or selections, or %d of them (at most %d)", layer, k,
-                STAGE_THREADS);
-    TDM_REQUIRE(err, layer < 0 || (src->gate_stride + src->up_stride + src->down_stride <= p->slot_bytes &&
-                                   table->slot_bytes == p->slot_bytes),
-                "gpu stage: layer %d's experts do not fit a %zu-byte slot", layer, p->slot_bytes);
+    TDM_REQUIRE(err, layer < 0 || (ids && k >= 1 && k <= STAGE_THREADS),
+                "gpu stage: layer %d without selections, or %d of them (at most %d)", layer, k, STAGE_THREADS);
+    return TDM_OK;
+}
+
+static tdm_status check_copy(const tdm_gpu_prefetch *p, const tdm_gpu_direct_experts *src,
+                             const tdm_gpu_expert_table *table, tdm_error *err)
+{
+    TDM_REQUIRE(err, src && src->gate && src->up && src->down && table, "gpu stage: copy without sources");
+    TDM_REQUIRE(err, src->gate_stride + src->up_stride + src->down_stride <= p->slot_bytes &&
+                         table->slot_bytes == p->slot_bytes,
+                "gpu stage: the experts do not fit a %zu-byte slot", p->slot_bytes);
+    return TDM_OK;
+}
+
+static tdm_status launch_copy(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, unsigned blocks,
+                              const tdm_gpu_direct_experts *src, const tdm_gpu_expert_table *table, tdm_error *err)
+{
+    TDM_LAUNCH(err, g, prefetch_copy_kernel, dim3(blocks, 3, (unsigned)p->n), COPY_THREADS, 0, *p, layer, *src,
+               *table);
     return TDM_OK;
 }
 
@@ -367,32 +380,38 @@ extern "C" tdm_status tdm_gpu_direct_stage(tdm_gpu *g, const tdm_gpu_prefetch *p
                                            const int32_t *ids, int32_t k, const tdm_gpu_direct_experts *src,
                                            const tdm_gpu_expert_table *table, tdm_error *err)
 {
-    tdm_status st = check_stage(p, layer, ids, k, src, table, err);
+    tdm_status st = check_stage(p, layer, ids, k, err);
+    if (!st && layer >= 0)
+        st = check_copy(p, src, table, err);
     if (st)
         return st;
     TDM_REQUIRE(err, p->quota && !p->hint_seq, "gpu direct stage: needs the share's quota and takes no hint");
     TDM_LAUNCH(err, g, direct_stage_kernel, 1, STAGE_THREADS, 0, *p, layer, prev, ids, k);
-    if (layer >= 0)
-        TDM_LAUNCH(err, g, prefetch_copy_kernel, dim3(DIRECT_COPY_BLOCKS, 3, (unsigned)p->n), COPY_THREADS, 0, *p,
-                   layer, *src, *table);
-    return TDM_OK;
+    return layer >= 0 ? launch_copy(g, p, layer, DIRECT_COPY_BLOCKS, src, table, err) : TDM_OK;
 }
 
 extern "C" tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
-                                             const int32_t *pred, int32_t k, const tdm_gpu_direct_experts *src,
-                                             const tdm_gpu_expert_table *table, tdm_error *err)
+                                             const int32_t *pred, int32_t k, tdm_error *err)
 {
-    tdm_status st = check_stage(p, layer, pred, k, src, table, err);
+    tdm_status st = check_stage(p, layer, pred, k, err);
     if (st)
         return st;
     TDM_REQUIRE(err, !p->hint_seq || (p->hint_layer && p->hint_n && p->hint_ids && p->hints && p->last &&
                                       p->hint_max >= 1 && p->hint_max <= TDM_GPU_HINT_MAX),
                 "gpu prefetch: incomplete warm-up hint");
     TDM_LAUNCH(err, g, stage_kernel, 1, STAGE_THREADS, 0, *p, layer, prev, pred, k);
-    if (layer >= 0)
-        TDM_LAUNCH(err, g, prefetch_copy_kernel, dim3(COPY_BLOCKS, 3, (unsigned)p->n), COPY_THREADS, 0, *p, layer,
-                   *src, *table);
     return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_prefetch_copy(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer,
+                                            const tdm_gpu_direct_experts *src, const tdm_gpu_expert_table *table,
+                                            tdm_error *err)
+{
+    TDM_REQUIRE(err, layer >= 0, "gpu prefetch copy: layer %d", layer);
+    tdm_status st = check_stage(p, -1, NULL, 0, err);
+    if (!st)
+        st = check_copy(p, src, table, err);
+    return st ? st : launch_copy(g, p, layer, COPY_BLOCKS, src, table, err);
 }
 
 /* ---- the expert-slot device ---- */

@@ -145,16 +145,20 @@ typedef struct tdm_gpu_prefetch {
 
 /* Stages layer's predicted experts: pred [k] (device, best first, e.g. the
  * layer's router over the layer's input) in order, the first n that have
- * no slot, and copies their matrices from src (registered host memory) to
- * the spare slots at table's offsets; then publishes the pool's hint when
- * p has one and some predicted expert is left for the pool. First it
- * clears the entries layer prev staged (prev < 0: none); layer < 0 only
- * clears. Launched wherever
- * the caller launches (the side stream while attention runs); the layer's
- * hand-off and MoE kernels must come after it (tdm_gpu_side_join). */
+ * no slot get the spare slots; then publishes the pool's hint when p has
+ * one and some predicted expert is left for the pool. First it clears the
+ * entries layer prev staged (prev < 0: none); layer < 0 only clears.
+ * tdm_gpu_prefetch_copy then fills the slots. Launched wherever the caller
+ * launches (the side stream); the layer's hand-off and MoE kernels must
+ * come after the copy (tdm_gpu_side_join). */
 tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
-                                  const int32_t *pred, int32_t k, const tdm_gpu_direct_experts *src,
-                                  const tdm_gpu_expert_table *table, tdm_error *err);
+                                  const int32_t *pred, int32_t k, tdm_error *err);
+/* Copies the matrices of the experts the last stage of layer (>= 0) gave
+ * spare slots from src (registered host memory) to the slots at table's
+ * offsets, over PCIe, after whatever the launching stream ran before. */
+tdm_status tdm_gpu_prefetch_copy(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer,
+                                 const tdm_gpu_direct_experts *src, const tdm_gpu_expert_table *table,
+                                 tdm_error *err);
 
 /* The direct share of a one-token launch, staged: after the layer's publish
  * (which counted the misses on the table before this), gives the first

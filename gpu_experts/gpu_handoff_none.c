@@ -30,11 +30,18 @@ tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const 
 }
 
 tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
-                                  const int32_t *pred, int32_t k, const tdm_gpu_direct_experts *src,
-                                  const tdm_gpu_expert_table *table, tdm_error *err)
+                                  const int32_t *pred, int32_t k, tdm_error *err)
 {
-    (void)g, (void)p, (void)layer, (void)prev, (void)pred, (void)k, (void)src, (void)table;
+    (void)g, (void)p, (void)layer, (void)prev, (void)pred, (void)k;
     return no_cuda(err, "gpu prefetch");
+}
+
+tdm_status tdm_gpu_prefetch_copy(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer,
+                                 const tdm_gpu_direct_experts *src, const tdm_gpu_expert_table *table,
+                                 tdm_error *err)
+{
+    (void)g, (void)p, (void)layer, (void)src, (void)table;
+    return no_cuda(err, "gpu prefetch copy");
 }
 
 tdm_status tdm_gpu_direct_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,

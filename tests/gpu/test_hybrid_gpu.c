@@ -335,7 +335,8 @@ static void test_prefetch_kernels(void **state)
     /* layer 1, predicted 3 1 5 0: 1 has a slot, so 3 5 0 are staged */
     const int32_t p1[K] = {3, 1, 5, 0};
     assert_int_equal(tdm_gpu_upload(g, pred, p1, sizeof p1, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, pred, K, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, pred, K, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_copy(g, &pf, 1, &src, &tab, &err), TDM_OK);
     read_back(&fx, got, st, sp);
     int32_t want[NL * E];
     memcpy(want, res, sizeof want);
@@ -358,7 +359,8 @@ static void test_prefetch_kernels(void **state)
     /* layer 2, clearing layer 1: predicted 2 4 6 4, and 4 has a slot there */
     const int32_t p2[K] = {2, 4, 6, 4};
     assert_int_equal(tdm_gpu_upload(g, pred, p2, sizeof p2, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 2, 1, pred, K, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 2, 1, pred, K, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_copy(g, &pf, 2, &src, &tab, &err), TDM_OK);
     read_back(&fx, got, st, sp);
     memcpy(want, res, sizeof want);
     want[2 * E + 2] = BASE, want[2 * E + 6] = BASE + 1;
@@ -374,7 +376,7 @@ static void test_prefetch_kernels(void **state)
     /* clear only: an entry the cache meanwhile gave a real slot keeps it */
     int32_t real = 3;
     assert_int_equal(tdm_gpu_upload(g, slot_of + 2 * E + 2, &real, sizeof real, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, -1, 2, NULL, 0, NULL, NULL, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, -1, 2, NULL, 0, &err), TDM_OK);
     read_back(&fx, got, NULL, NULL);
     memcpy(want, res, sizeof want);
     want[2 * E + 2] = 3;
@@ -383,12 +385,12 @@ static void test_prefetch_kernels(void **state)
     /* an id predicted twice is staged once: layer 2, 3 3 5 0 -> 3 5 0 */
     const int32_t pd[K] = {3, 3, 5, 0};
     assert_int_equal(tdm_gpu_upload(g, pred, pd, sizeof pd, &err), TDM_OK);
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 2, -1, pred, K, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 2, -1, pred, K, &err), TDM_OK);
     read_back(&fx, got, st, NULL);
     want[2 * E + 3] = BASE, want[2 * E + 5] = BASE + 1, want[2 * E + 0] = BASE + 2;
     assert_memory_equal(got, want, sizeof got);
     stage_row(st + 2 * NS, 3, 5, 0);
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, -1, 2, NULL, 0, NULL, NULL, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, -1, 2, NULL, 0, &err), TDM_OK);
     read_back(&fx, got, NULL, NULL);
     want[2 * E + 3] = -1, want[2 * E + 5] = -1, want[2 * E + 0] = -1;
     assert_memory_equal(got, want, sizeof got);
@@ -419,7 +421,7 @@ static void test_prefetch_kernels(void **state)
     ph.quota = quota;
     ph.hints = (uint32_t *)(quota + 1);
     ph.last = quota + 2;
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, -1, pred6, 6, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, -1, pred6, 6, &err), TDM_OK);
     assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
     assert_int_equal(hm[0], 1);
     assert_int_equal((int32_t)hm[1], 1);
@@ -434,7 +436,7 @@ static void test_prefetch_kernels(void **state)
     /* at most 2 ids, no share (quota NULL): 5 0 */
     ph.hint_max = 2;
     ph.quota = NULL;
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, 1, pred6, 6, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, 1, pred6, 6, &err), TDM_OK);
     assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
     assert_int_equal(hm[0], 2);
     assert_int_equal((int32_t)hm[2], 2);
@@ -442,12 +444,12 @@ static void test_prefetch_kernels(void **state)
     assert_int_equal((int32_t)hm[5], 0);
     /* nothing left for the pool (the first 2 predicted: 1 has a slot, 3 is
      * staged): no hint, an empty device list */
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, 1, pred6, 2, &src, &tab, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, 1, pred6, 2, &err), TDM_OK);
     assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
     assert_int_equal(hm[0], 2);
     assert_int_equal(tdm_gpu_download(g, last, ph.last, sizeof(int32_t), &err), TDM_OK);
     assert_int_equal(last[0], 0);
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, -1, 1, NULL, 0, NULL, NULL, &err), TDM_OK);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, -1, 1, NULL, 0, &err), TDM_OK);
     read_back(&fx, got, NULL, NULL);
     memcpy(want, res, sizeof want);
     want[2 * E + 2] = 3;
@@ -505,16 +507,18 @@ static void test_prefetch_kernels(void **state)
     assert_int_equal(tdm_gpu_direct_stage(g, &ph, 1, -1, pred, K, &src, &tab, &err), TDM_ERR_INVALID);
 
     /* bad arguments */
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, NULL, K, &src, &tab, &err), TDM_ERR_INVALID);
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, pred, 33, &src, &tab, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, NULL, K, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, pred, 33, &err), TDM_ERR_INVALID);
     tdm_gpu_expert_table small = tab;
     small.slot_bytes = slot - 16;
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &pf, 1, -1, pred, K, &src, &small, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_prefetch_copy(g, &pf, 1, &src, &small, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_prefetch_copy(g, &pf, 1, NULL, &tab, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_prefetch_copy(g, &pf, -1, &src, &tab, &err), TDM_ERR_INVALID);
     tdm_gpu_prefetch none = pf;
     none.n = 0;
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &none, 1, -1, pred, K, &src, &tab, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &none, 1, -1, pred, K, &err), TDM_ERR_INVALID);
     ph.hint_ids = NULL;
-    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, -1, pred, K, &src, &tab, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &ph, 1, -1, pred, K, &err), TDM_ERR_INVALID);
     assert_int_equal(tdm_gpu_sync(g, &err), TDM_OK);
 
     free(sp);
