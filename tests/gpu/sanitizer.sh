@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs every GPU test binary under compute-sanitizer: memcheck (out-of-bounds
-# and misaligned accesses, leaks of device memory at exit) and racecheck
-# (shared-memory hazards). Fails on any reported error or test failure.
+# and misaligned accesses, leaks of device memory at exit), racecheck
+# (shared-memory hazards) and synccheck (barriers and warp primitives such as
+# __ballot_sync reached by fewer threads than they name). Fails on any
+# reported error or test failure.
 # The runs are independent processes sharing the GPU: SAN_JOBS of them at a
 # time (default 6), each limited to SAN_TIMEOUT seconds (default 600).
-# SAN_TOOLS picks the tools (default "memcheck racecheck").
+# SAN_TOOLS picks the tools (default "memcheck racecheck synccheck").
 # Arguments: test names to run (e.g. test_hybrid_gpu); none: every binary.
 set -u
 cd "$(dirname "$0")/../.."
@@ -23,8 +25,8 @@ trap 'rm -rf "$logs"' EXIT
 
 # one run: binary, tool, test ("": all) -> $logs/<binary>[@<test>].<tool>.{log,rc}
 run() {
-    local t=$1 tool=$2 one=$3 extra=(--leak-check full) name
-    [ "$tool" = racecheck ] && extra=()
+    local t=$1 tool=$2 one=$3 extra=() name
+    [ "$tool" = memcheck ] && extra=(--leak-check full)
     name=$(basename "$t")${one:+@$one}.$tool
     TDM_TEST_FILTER=$one TDM_SANITIZER=$tool timeout "${SAN_TIMEOUT:-600}" "$CS" --tool "$tool" "${extra[@]}" \
         --error-exitcode 99 "$t" >"$logs/$name.log" 2>&1
@@ -49,7 +51,7 @@ bins=("$BUILD"/tests/gpu/test_*)
 for t in "${bins[@]}"; do
     [ -x "$t" ] || continue
     case "$(basename "$t")" in test_gpu_dequant) continue ;; esac # host only, no kernels
-    for tool in ${SAN_TOOLS:-memcheck racecheck}; do
+    for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
         while read -r one; do
             if [ "$jobs_running" -ge "${SAN_JOBS:-6}" ]; then
                 wait -n
