@@ -57,21 +57,29 @@ static enum MHD_Result queue(struct tdm_server *s, struct MHD_Connection *c, int
     return ret;
 }
 
-/* Takes ownership of body (malloc'd). */
-static enum MHD_Result send_body(struct tdm_server *s, struct MHD_Connection *c, int status,
-                                 const char *type, char *body)
+/* A response of body (malloc'd; owned by the response, freed on failure)
+ * with its type and no caching; NULL when body is NULL or on failure. */
+static struct MHD_Response *body_response(char *body, const char *type)
 {
     if (!body)
-        return MHD_NO;
+        return NULL;
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
-        return MHD_NO;
+        return NULL;
     }
     MHD_add_response_header(r, "Content-Type", type);
     MHD_add_response_header(r, "Cache-Control", "no-store");
-    return queue(s, c, status, r);
+    return r;
+}
+
+/* Takes ownership of body (malloc'd). */
+static enum MHD_Result send_body(struct tdm_server *s, struct MHD_Connection *c, int status,
+                                 const char *type, char *body)
+{
+    struct MHD_Response *r = body_response(body, type);
+    return r ? queue(s, c, status, r) : MHD_NO;
 }
 
 static enum MHD_Result send_json(struct tdm_server *s, struct MHD_Connection *c, int status,
@@ -88,16 +96,9 @@ static enum MHD_Result send_error(struct tdm_server *s, struct MHD_Connection *c
 {
     char *body = q->anthropic ? srv_anthropic_error_body(status, msg)
                               : srv_openai_error_body(status, msg, param);
-    if (!body)
+    struct MHD_Response *r = body_response(body, "application/json");
+    if (!r)
         return MHD_NO;
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    MHD_add_response_header(r, "Cache-Control", "no-store");
     if (status == 405 && q->allow)
         MHD_add_response_header(r, "Allow", q->allow);
     return queue(s, c, status, r);

@@ -266,18 +266,22 @@ static cJSON *envelope(const srv_job *j, const char *object)
     return o;
 }
 
-static char *chat_response(srv_job *j)
+/* The envelope with one choice, index 0, returned in *choice. */
+static cJSON *with_choice(const srv_job *j, const char *object, cJSON **choice)
 {
-    cJSON *o = envelope(j, "chat.completion");
+    cJSON *o = envelope(j, object);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
-    cJSON *msg = cJSON_AddObjectToObject(c, "message");
-    cJSON_AddStringToObject(msg, "role", "assistant");
-    cJSON_AddStringToObject(msg, "content", j->answer.p ? j->answer.p : "");
-    if (j->thinking_text.len)
-        cJSON_AddStringToObject(msg, "reasoning_content", j->thinking_text.p);
+    *choice = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, *choice);
+    cJSON_AddNumberToObject(*choice, "index", 0);
+    return o;
+}
+
+/* A whole (not streamed) response's end: choice c's finish reason, the
+ * usage and tandem's numbers; o printed (the caller frees the text) and
+ * freed. */
+static char *finish_response(srv_job *j, cJSON *o, cJSON *c)
+{
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", finish_reason(&j->res));
     cJSON_AddItemToObject(o, "usage", usage_json(j));
@@ -287,32 +291,31 @@ static char *chat_response(srv_job *j)
     return s;
 }
 
+static char *chat_response(srv_job *j)
+{
+    cJSON *c;
+    cJSON *o = with_choice(j, "chat.completion", &c);
+    cJSON *msg = cJSON_AddObjectToObject(c, "message");
+    cJSON_AddStringToObject(msg, "role", "assistant");
+    cJSON_AddStringToObject(msg, "content", j->answer.p ? j->answer.p : "");
+    if (j->thinking_text.len)
+        cJSON_AddStringToObject(msg, "reasoning_content", j->thinking_text.p);
+    return finish_response(j, o, c);
+}
+
 static char *completion_response(srv_job *j)
 {
-    cJSON *o = envelope(j, "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
+    cJSON *c;
+    cJSON *o = with_choice(j, "text_completion", &c);
     cJSON_AddStringToObject(c, "text", j->answer.p ? j->answer.p : "");
-    cJSON_AddNumberToObject(c, "index", 0);
-    cJSON_AddNullToObject(c, "logprobs");
-    cJSON_AddStringToObject(c, "finish_reason", finish_reason(&j->res));
-    cJSON_AddItemToObject(o, "usage", usage_json(j));
-    cJSON_AddItemToObject(o, "tandem", srv_tandem_info(j));
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return finish_response(j, o, c);
 }
 
 /* One streamed chunk; delta (chat) or text (completions) is added by the caller. */
 static cJSON *chunk(srv_job *j, cJSON **choice)
 {
     bool chat = j->api == SRV_OPENAI_CHAT;
-    cJSON *o = envelope(j, chat ? "chat.completion.chunk" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    *choice = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, *choice);
-    cJSON_AddNumberToObject(*choice, "index", 0);
+    cJSON *o = with_choice(j, chat ? "chat.completion.chunk" : "text_completion", choice);
     if (j->include_usage)
         cJSON_AddNullToObject(o, "usage");
     return o;
