@@ -48,29 +48,9 @@ static tdm_status meta_key(const meta *mt, const char *key, bool required, char 
     return TDM_OK;
 }
 
-/* Reads {arch}.key as u32; when absent, def (>= 0) is used or, for def < 0,
- * the key is required. */
-static tdm_status meta_u32(const meta *mt, const char *key, int64_t def, int32_t *out)
-{
-    char full[160];
-    bool present;
-    tdm_status st = meta_key(mt, key, def < 0, full, &present);
-    if (st || !present) {
-        if (!st)
-            *out = (int32_t)def;
-        return st;
-    }
-    uint32_t v;
-    st = tdm_gguf_get_u32(mt->g, full, &v, mt->err);
-    if (st)
-        return st;
-    if (v > (1u << 30))
-        return tdm_error_set(mt->err, TDM_ERR_FORMAT, "metadata %s = %u is out of range", full, v);
-    *out = (int32_t)v;
-    return TDM_OK;
-}
-
-static tdm_status meta_f32(const meta *mt, const char *key, double def, double *out)
+/* Reads {arch}.key, a u32 (<= 2^30) or, with f32, a positive f32; when
+ * absent, def (>= 0) is used or, for def < 0, the key is required. */
+static tdm_status meta_num(const meta *mt, const char *key, bool f32, double def, double *out)
 {
     char full[160];
     bool present;
@@ -80,14 +60,36 @@ static tdm_status meta_f32(const meta *mt, const char *key, double def, double *
             *out = def;
         return st;
     }
-    float v;
-    st = tdm_gguf_get_f32(mt->g, full, &v, mt->err);
-    if (st)
-        return st;
-    if (!(v > 0) || v != v)
-        return tdm_error_set(mt->err, TDM_ERR_FORMAT, "metadata %s = %g is not positive", full, v);
-    *out = v;
+    if (f32) {
+        float v;
+        if ((st = tdm_gguf_get_f32(mt->g, full, &v, mt->err)))
+            return st;
+        if (!(v > 0) || v != v)
+            return tdm_error_set(mt->err, TDM_ERR_FORMAT, "metadata %s = %g is not positive", full, v);
+        *out = v;
+    } else {
+        uint32_t v;
+        if ((st = tdm_gguf_get_u32(mt->g, full, &v, mt->err)))
+            return st;
+        if (v > (1u << 30))
+            return tdm_error_set(mt->err, TDM_ERR_FORMAT, "metadata %s = %u is out of range", full, v);
+        *out = v;
+    }
     return TDM_OK;
+}
+
+static tdm_status meta_u32(const meta *mt, const char *key, int64_t def, int32_t *out)
+{
+    double v;
+    tdm_status st = meta_num(mt, key, false, (double)def, &v);
+    if (!st)
+        *out = (int32_t)v;
+    return st;
+}
+
+static tdm_status meta_f32(const meta *mt, const char *key, double def, double *out)
+{
+    return meta_num(mt, key, true, def, out);
 }
 
 #define TRY(x)                                                                                     \

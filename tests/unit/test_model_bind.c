@@ -26,6 +26,9 @@ typedef struct edit {
     const char *reshape;    /* tensor written with half its rows */
     const char *key;        /* u32 key overridden ... */
     uint32_t value;         /* ... with this value */
+    const char *fkey;       /* f32 key overridden ... */
+    float fvalue;           /* ... with this value */
+    const char *drop_key;   /* metadata key left out */
     const char *arch;       /* general.architecture override */
     int ffn1;               /* blk.1 FFN: 1 = dense from expert 0, 2 = every expert = expert 0 */
 } edit;
@@ -67,6 +70,8 @@ static void *build_from(tdm_gguf *from, const edit *e, size_t *size)
     assert_int_equal(tdm_gguf_writer_create(&w, &err), TDM_OK);
     for (int64_t i = 0; i < tdm_gguf_kv_count(from); i++) {
         const char *k = tdm_gguf_kv_key(from, i);
+        if (e->drop_key && !strcmp(k, e->drop_key))
+            continue;
         switch (tdm_gguf_kv_type(from, i)) {
         case TDM_GGUF_UINT32: {
             uint32_t v;
@@ -79,6 +84,8 @@ static void *build_from(tdm_gguf *from, const edit *e, size_t *size)
         case TDM_GGUF_FLOAT32: {
             float v;
             assert_int_equal(tdm_gguf_get_f32(from, k, &v, &err), TDM_OK);
+            if (e->fkey && !strcmp(k, e->fkey))
+                v = e->fvalue;
             assert_int_equal(tdm_gguf_writer_add_f32(w, k, v, &err), TDM_OK);
             break;
         }
@@ -190,6 +197,19 @@ static void test_bad_metadata(void **state)
     expect(&(edit){.key = "qwen35moe.block_count", .value = 0}, TDM_ERR_FORMAT, "block_count 0");
     /* the interval decides the layer kinds: with 5 every layer but the 5th is DeltaNet */
     expect(&(edit){.key = "qwen35moe.full_attention_interval", .value = 5}, TDM_ERR_FORMAT, "blk.2.attn_qkv.weight");
+    /* the readers' own checks: a required key left out, a count past 2^30,
+     * a float that is not positive (NaN included) */
+    expect(&(edit){.drop_key = "qwen35moe.embedding_length"}, TDM_ERR_FORMAT,
+           "missing metadata key qwen35moe.embedding_length");
+    expect(&(edit){.key = "qwen35moe.expert_count", .value = 0x80000000u}, TDM_ERR_FORMAT,
+           "qwen35moe.expert_count = 2147483648 is out of range");
+    expect(&(edit){.fkey = "qwen35moe.attention.layer_norm_rms_epsilon", .fvalue = -1e-6f}, TDM_ERR_FORMAT,
+           "qwen35moe.attention.layer_norm_rms_epsilon = -1e-06 is not positive");
+    expect(&(edit){.fkey = "qwen35moe.rope.freq_base", .fvalue = NAN}, TDM_ERR_FORMAT,
+           "qwen35moe.rope.freq_base = nan is not positive");
+    /* an optional key left out takes its default: the micro model binds */
+    tdm_error err = {0};
+    assert_int_equal(bind_edit(&(edit){.drop_key = "qwen35moe.context_length"}, &err, NULL, NULL), TDM_OK);
 }
 
 static void test_tied_output(void **state)
