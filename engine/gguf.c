@@ -168,6 +168,27 @@ static tdm_status get_str(rd *r, uint64_t *pos, uint64_t *len, const char *ctx)
     return TDM_OK;
 }
 
+/* Reads the name of item idx ("kv" / "tensor"; what: "key" / "name"): a
+ * string that is not empty, shorter than max bytes (0: any) and free of
+ * NUL bytes. nb receives it for messages. */
+static tdm_status get_name(rd *r, const char *item, int64_t idx, const char *what, uint64_t max, uint64_t *pos,
+                           uint64_t *len, char nb[96])
+{
+    char ctx[64];
+    snprintf(ctx, sizeof ctx, "%s %lld %s", item, (long long)idx, what);
+    tdm_status st = get_str(r, pos, len, ctx);
+    if (st) return st;
+    if (*len == 0) return tdm_error_set(r->err, TDM_ERR_FORMAT, "%s %lld: empty %s", item, (long long)idx, what);
+    if (max && *len >= max)
+        return tdm_error_set(r->err, TDM_ERR_FORMAT, "%s %lld: %s '%s' is %llu bytes (max %llu)", item,
+                             (long long)idx, what, shown(r->b + *pos, *len, nb), (unsigned long long)*len,
+                             (unsigned long long)max - 1);
+    if (memchr(r->b + *pos, 0, (size_t)*len))
+        return tdm_error_set(r->err, TDM_ERR_FORMAT, "%s %lld: %s '%s' contains a NUL byte", item,
+                             (long long)idx, what, shown(r->b + *pos, *len, nb));
+    return TDM_OK;
+}
+
 /* ---------------------------------------------------------------- metadata */
 
 static tdm_status skip_value(rd *r, uint32_t t, int depth, const char *ctx);
@@ -284,14 +305,9 @@ static tdm_status parse_value(rd *r, kv_ent *e, const char *ctx)
 static tdm_status parse_kv(tdm_gguf *g, rd *r, int64_t idx)
 {
     char ctx[160], nb[96];
-    snprintf(ctx, sizeof ctx, "kv %lld key", (long long)idx);
     uint64_t kpos, klen, type;
-    tdm_status st = get_str(r, &kpos, &klen, ctx);
+    tdm_status st = get_name(r, "kv", idx, "key", 0, &kpos, &klen, nb);
     if (st) return st;
-    if (klen == 0) return tdm_error_set(r->err, TDM_ERR_FORMAT, "kv %lld: empty key", (long long)idx);
-    if (memchr(r->b + kpos, 0, (size_t)klen))
-        return tdm_error_set(r->err, TDM_ERR_FORMAT, "kv %lld: key '%s' contains a NUL byte",
-                             (long long)idx, shown(r->b + kpos, klen, nb));
     snprintf(ctx, sizeof ctx, "key '%s'", shown(r->b + kpos, klen, nb));
     st = get_le(r, 4, &type, ctx);
     if (st) return st;
@@ -380,18 +396,9 @@ static tdm_status parse_alignment(tdm_gguf *g, tdm_error *err)
 static tdm_status parse_tensor_info(tdm_gguf *g, rd *r, int64_t idx)
 {
     char ctx[160], nb[96];
-    snprintf(ctx, sizeof ctx, "tensor %lld name", (long long)idx);
     uint64_t npos, nlen, v;
-    tdm_status st = get_str(r, &npos, &nlen, ctx);
+    tdm_status st = get_name(r, "tensor", idx, "name", MAX_NAME, &npos, &nlen, nb);
     if (st) return st;
-    if (nlen == 0) return tdm_error_set(r->err, TDM_ERR_FORMAT, "tensor %lld: empty name", (long long)idx);
-    if (nlen >= MAX_NAME)
-        return tdm_error_set(r->err, TDM_ERR_FORMAT, "tensor %lld: name '%s' is %llu bytes (max %d)",
-                             (long long)idx, shown(r->b + npos, nlen, nb), (unsigned long long)nlen,
-                             MAX_NAME - 1);
-    if (memchr(r->b + npos, 0, (size_t)nlen))
-        return tdm_error_set(r->err, TDM_ERR_FORMAT, "tensor %lld: name '%s' contains a NUL byte",
-                             (long long)idx, shown(r->b + npos, nlen, nb));
     memcpy(g->tnames[idx], r->b + npos, (size_t)nlen);
     g->tnames[idx][nlen] = '\0';
     tdm_gguf_tensor *t = &g->t[idx];
