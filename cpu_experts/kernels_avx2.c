@@ -294,15 +294,25 @@ INLINE __m256 step_q3_k(const uint8_t *x, const uint8_t *y, __m256 acc)
     return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
 }
 
+/* IQ4_XS, two sub-blocks per step: one 32-byte load holds sub-blocks 2j
+ * (low 128 bits) and 2j+1; its low nibbles are their elements 0..15, the
+ * high nibbles 16..31, so each 128-bit lane pairs with one sub-block's
+ * activations and scale. */
 INLINE __m256 step_iq4_xs(const uint8_t *x, const uint8_t *y, __m256 acc)
 {
-    const __m256i table = table16(tdm_kvalues_iq4nl);
+    const __m256i table = table16(tdm_kvalues_iq4nl), low4 = _mm256_set1_epi8(0x0F);
     __m256i isum = _mm256_setzero_si256(), ls16 = iq4xs_scales16(x);
-#pragma GCC unroll 8
-    for (int ib = 0; ib < 8; ib++) {
-        __m256i wv = _mm256_shuffle_epi8(table, nibbles32(x + IQ4XS_QS + 16 * ib));
-        __m256i p = mul_i8_pairs(wv, q8k_load(y, ib));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, bcast16(ls16, ib)));
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(x + IQ4XS_QS + 32 * j));
+        __m256i wlo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
+        __m256i whi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+        __m256i y0 = q8k_load(y, 2 * j), y1 = q8k_load(y, 2 * j + 1);
+        __m256i ylo = _mm256_permute2x128_si256(y0, y1, 0x20), yhi = _mm256_permute2x128_si256(y0, y1, 0x31);
+        /* lane 0: the scale of sub-block 2j, lane 1: of 2j + 1 */
+        __m256i sc = _mm256_blend_epi32(bcast16(ls16, 2 * j), bcast16(ls16, 2 * j + 1), 0xF0);
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(mul_i8_pairs(wlo, ylo), sc));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(mul_i8_pairs(whi, yhi), sc));
     }
     float d = fp16(x + IQ4XS_D) * tdm_rd_f32(y + Q8K_D);
     return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
