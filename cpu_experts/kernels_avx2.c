@@ -224,7 +224,7 @@ INLINE __m256 step_q5_k(const uint8_t *x, const uint8_t *y, __m256 acc)
 INLINE __m256 step_q6_k(const uint8_t *x, const uint8_t *y, __m256 acc)
 {
     const __m256i low4 = _mm256_set1_epi8(0x0F), hi2 = _mm256_set1_epi8(0x30);
-    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + Q6K_SCALES)));
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + Q6K_SCALES))), cs = chunk_scales(sc16);
     /* the -32 offset through the bsums: sum sc*(q-32)*y = sum sc*q*y - 32 sum sc*bsum */
     __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
                                     _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 5));
@@ -245,7 +245,7 @@ INLINE __m256 step_q6_k(const uint8_t *x, const uint8_t *y, __m256 acc)
         for (int part = 0; part < 4; part++) {
             int c = 4 * h + part;
             __m256i p = _mm256_maddubs_epi16(q[part], q8k_load(y, c));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, bcast16(cs, c)));
         }
     }
     float d = fp16(x + Q6K_D) * tdm_rd_f32(y + Q8K_D);
@@ -265,11 +265,11 @@ INLINE __m256 step_q2_k(const uint8_t *x, const uint8_t *y, __m256 acc)
     __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + Q2K_SCALES)), low4 = _mm_set1_epi8(0x0F);
     __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, low4));
     __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), low4));
-    __m256i mins = _mm256_madd_epi16(q8k_bsums(y), mn16), isum = _mm256_setzero_si256();
+    __m256i mins = _mm256_madd_epi16(q8k_bsums(y), mn16), isum = _mm256_setzero_si256(), cs = chunk_scales(sc16);
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
         __m256i p = _mm256_maddubs_epi16(two_bits(x + Q2K_QS, c), q8k_load(y, c));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, bcast16(cs, c)));
     }
     return acc_k_min(acc, fp16(x + Q2K_D), fp16(x + Q2K_DMIN), tdm_rd_f32(y + Q8K_D), isum, mins);
 }
@@ -278,7 +278,7 @@ INLINE __m256 step_q3_k(const uint8_t *x, const uint8_t *y, __m256 acc)
 {
     int8_t s[16];
     tdm_q3k_scales(x + Q3K_SCALES, s);
-    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s)), cs = chunk_scales(sc16);
     /* v = u - 4 with u = low2 | hbit<<2 in 0..7: the -4 goes through the bsums */
     __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
                                     _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 2));
@@ -288,7 +288,7 @@ INLINE __m256 step_q3_k(const uint8_t *x, const uint8_t *y, __m256 acc)
         __m256i hb = _mm256_and_si256(shift_right16(hm, c), one);
         __m256i u = _mm256_or_si256(two_bits(x + Q3K_QS, c), _mm256_slli_epi16(hb, 2));
         __m256i p = _mm256_maddubs_epi16(u, q8k_load(y, c));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, group_scales(sc16, c)));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, bcast16(cs, c)));
     }
     float d = fp16(x + Q3K_D) * tdm_rd_f32(y + Q8K_D);
     return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);

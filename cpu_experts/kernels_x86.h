@@ -131,19 +131,22 @@ INLINE float m_q81(const uint8_t *x, const uint8_t *y) { return fp16(x + 2) * fp
 
 /* ---- Q8_K activation access and 16-element group scales ---------------- */
 
-/* Scales of 32-element chunk c for 16-element groups: int16 scale of group
- * 2c in the low 128 bits, of group 2c+1 in the high (matches maddubs pairs). */
-INLINE __m256i group_scales(__m256i sc16, int c)
-{
-    __m256i pair = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(c));
-    return _mm256_shuffle_epi8(pair, _mm256_set_epi8(3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2,
-                                                     1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0));
-}
-
-/* int16 lane k of v (8 int16 repeated in both 128-bit lanes) broadcast to all 16 lanes. */
+/* int16 lane k of each 128-bit lane of v broadcast over that lane (v with
+ * the same 8 int16 in both lanes: over all 16). */
 INLINE __m256i bcast16(__m256i v, int k)
 {
     return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)((2 * k) | (2 * k + 1) << 8)));
+}
+
+/* The int16 scales of 16-element groups 0..15 (in order) rearranged, once
+ * per block, so that bcast16(result, c) gives 32-element chunk c's: group
+ * 2c's scale in the low 128 bits, 2c+1's in the high (the halves of the
+ * maddubs pairs). Even groups go to the low lane, odd ones to the high. */
+INLINE __m256i chunk_scales(__m256i sc16)
+{
+    const __m256i evens_first = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5,
+                                                 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(sc16, evens_first), _MM_SHUFFLE(3, 1, 2, 0));
 }
 
 /* Q4_K/Q5_K scales as 8 int16 in both lanes, and the int32 lanes of
