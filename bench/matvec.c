@@ -2,7 +2,8 @@
  * kernel (tdm_matmul_rows, one token, default ISA) per thread count, next to
  * the read bandwidth measured in the same run at the same thread count.
  * Expert shapes of Qwen3-30B-A3B / Qwen3.5-35B-A3B: gate/up 768x2048 and
- * 512x2048, down 2048x768 and 2048x512; types Q4_K, Q6_K, Q8_0, IQ4_XS. Many
+ * 512x2048, down 2048x768 and 2048x512; types Q4_K, Q6_K, Q8_0, IQ4_XS and the
+ * K-quants of the Q2_K..Q5_K_M files (Q2_K, Q3_K, Q5_K). Many
  * distinct matrices (1 GiB of weights by default) are rotated so the working
  * set is far beyond the LLC. Threads: OpenMP, pinned one per physical core.
  *
@@ -32,7 +33,7 @@ static const shape k_shapes[] = {
     {"down 2048x768", 2048, 768},
     {"down 2048x512", 2048, 512},
 };
-static const tdm_qtype k_types[] = {TDM_Q_Q4_K, TDM_Q_Q6_K, TDM_Q_Q8_0, TDM_Q_IQ4_XS};
+static const tdm_qtype k_types[] = {TDM_Q_Q4_K, TDM_Q_Q6_K, TDM_Q_Q8_0, TDM_Q_IQ4_XS, TDM_Q_Q2_K, TDM_Q_Q3_K, TDM_Q_Q5_K};
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 #define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
 

@@ -96,15 +96,26 @@ static inline void tdm_q4k_scales_packed(const uint8_t *q, uint64_t *sc, uint64_
     *mn = (uint64_t)(b & 0x3F3F3F3Fu) | (uint64_t)mn_hi << 32;
 }
 
+/* Q3_K: the sixteen 6-bit group scales (0..63, before the -32), one byte
+ * each, groups 0..7 in *lo and 8..15 in *hi (little-endian byte order).
+ * Group k < 4 takes the low nibble of b[k] and bits 0-1 of b[8 + k], group
+ * 4 + k the low nibble of b[4 + k] and bits 2-3, groups 8 + k and 12 + k the
+ * high nibbles and bits 4-5 / 6-7: four bytes at a time. */
+static inline void tdm_q3k_scales_packed(const uint8_t *b, uint64_t *lo, uint64_t *hi)
+{
+    const uint32_t a = tdm_rd_u32(b), c = tdm_rd_u32(b + 4), h = tdm_rd_u32(b + 8), m4 = 0x0F0F0F0Fu,
+                   m2 = 0x30303030u;
+    *lo = (uint64_t)((a & m4) | ((h << 4) & m2)) | (uint64_t)((c & m4) | ((h << 2) & m2)) << 32;
+    *hi = (uint64_t)(((a >> 4) & m4) | (h & m2)) | (uint64_t)(((c >> 4) & m4) | ((h >> 2) & m2)) << 32;
+}
+
 /* Q3_K: the sixteen 6-bit group scales minus 32 (range -32..31). */
 static inline void tdm_q3k_scales(const uint8_t *b, int8_t s[16])
 {
-    for (int k = 0; k < 4; k++) {
-        s[k] = (int8_t)(((b[k] & 0xF) | (((b[8 + k] >> 0) & 3) << 4)) - 32);
-        s[4 + k] = (int8_t)(((b[4 + k] & 0xF) | (((b[8 + k] >> 2) & 3) << 4)) - 32);
-        s[8 + k] = (int8_t)(((b[k] >> 4) | (((b[8 + k] >> 4) & 3) << 4)) - 32);
-        s[12 + k] = (int8_t)(((b[4 + k] >> 4) | (((b[8 + k] >> 6) & 3) << 4)) - 32);
-    }
+    uint64_t w[2];
+    tdm_q3k_scales_packed(b, &w[0], &w[1]);
+    for (int k = 0; k < 16; k++)
+        s[k] = (int8_t)((int)((w[k / 8] >> (8 * (k % 8))) & 0xFF) - 32);
 }
 
 /* IQ4_XS: 6-bit scale of sub-block ib minus 32 (range -32..31). */
