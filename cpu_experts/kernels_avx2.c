@@ -276,10 +276,7 @@ INLINE __m256 step_q2_k(const uint8_t *x, const uint8_t *y, __m256 acc)
 
 INLINE __m256 step_q3_k(const uint8_t *x, const uint8_t *y, __m256 acc)
 {
-    uint64_t lo, hi;
-    tdm_q3k_scales_packed(x + Q3K_SCALES, &lo, &hi);
-    __m128i s8 = _mm_sub_epi8(_mm_set_epi64x((long long)hi, (long long)lo), _mm_set1_epi8(32));
-    __m256i sc16 = _mm256_cvtepi8_epi16(s8), cs = chunk_scales(sc16);
+    __m256i sc16 = q3k_scales16(x), cs = chunk_scales(sc16);
     /* v = u - 4 with u = low2 | hbit<<2 in 0..7: the -4 goes through the bsums */
     __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
                                     _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 2));

@@ -280,9 +280,7 @@ INLINE __m512 step_q2_k(const uint8_t *x, const uint8_t *y, __m512 acc)
 INLINE __m512 step_q3_k(const uint8_t *x, const uint8_t *y, __m512 acc)
 {
     const __m512i one = _mm512_set1_epi8(1);
-    int8_t s[16];
-    tdm_q3k_scales(x + Q3K_SCALES, s);
-    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+    __m256i sc16 = q3k_scales16(x);
     __m512i scv = _mm512_castsi256_si512(sc16), isum = offset_lanes(y, sc16, 2);
     __m512i hm = bcast256(x + Q3K_HMASK);
 #pragma GCC unroll 4

@@ -174,6 +174,14 @@ INLINE __m256i iq4xs_scales16(const uint8_t *x)
     return _mm256_broadcastsi128_si256(ls);
 }
 
+/* Q3_K: the 16 group scales minus 32 as int16, in group order. */
+INLINE __m256i q3k_scales16(const uint8_t *x)
+{
+    uint64_t lo, hi;
+    tdm_q3k_scales_packed(x + Q3K_SCALES, &lo, &hi);
+    return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_set_epi64x((long long)hi, (long long)lo), _mm_set1_epi8(32)));
+}
+
 INLINE __m256i q8k_load(const uint8_t *y, int c) { return _mm256_loadu_si256((const __m256i *)(y + Q8K_QS + 32 * c)); }
 INLINE __m256i q8k_bsums(const uint8_t *y) { return _mm256_loadu_si256((const __m256i *)(y + Q8K_BSUMS)); }
 
