@@ -177,6 +177,15 @@ DEFINE_DOTS(dot_q5_1, step_q5_1, TDM_B_Q5_1, 32, TDM_ACT_Q8_1)
 
 /* ---- K-quants against Q8_K ---------------------------------------------- */
 
+/* Bit k of every byte of v moved to bit t of that byte, the rest cleared:
+ * one 16-bit shift and a mask (for k, t <= 7 the mask drops whatever
+ * crossed from the neighbouring byte). */
+INLINE __m256i move_bit(__m256i v, int k, int t)
+{
+    v = k <= t ? _mm256_slli_epi16(v, t - k) : _mm256_srli_epi16(v, k - t);
+    return _mm256_and_si256(v, _mm256_set1_epi8((char)(1 << t)));
+}
+
 /* Q4_K / Q5_K block: returns the int32 lanes of sum sc*q*y, sets the lanes of
  * the mins sum. */
 INLINE __m256i q45k_block(const uint8_t *x, const uint8_t *qs, const uint8_t *qh, const uint8_t *y,
@@ -190,9 +199,8 @@ INLINE __m256i q45k_block(const uint8_t *x, const uint8_t *qs, const uint8_t *qh
         __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
         __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
         if (qh) {
-            __m256i one = _mm256_set1_epi8(1);
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(shift_right16(hbits, 2 * p), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(shift_right16(hbits, 2 * p + 1), one), 4));
+            lo = _mm256_or_si256(lo, move_bit(hbits, 2 * p, 4));
+            hi = _mm256_or_si256(hi, move_bit(hbits, 2 * p + 1, 4));
         }
         __m256i p0 = _mm256_maddubs_epi16(lo, q8k_load(y, 2 * p));
         __m256i p1 = _mm256_maddubs_epi16(hi, q8k_load(y, 2 * p + 1));
@@ -280,11 +288,10 @@ INLINE __m256 step_q3_k(const uint8_t *x, const uint8_t *y, __m256 acc)
     /* v = u - 4 with u = low2 | hbit<<2 in 0..7: the -4 goes through the bsums */
     __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
                                     _mm256_slli_epi32(_mm256_madd_epi16(q8k_bsums(y), sc16), 2));
-    __m256i hm = _mm256_loadu_si256((const __m256i *)(x + Q3K_HMASK)), one = _mm256_set1_epi8(1);
+    __m256i hm = _mm256_loadu_si256((const __m256i *)(x + Q3K_HMASK));
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
-        __m256i hb = _mm256_and_si256(shift_right16(hm, c), one);
-        __m256i u = _mm256_or_si256(two_bits(x + Q3K_QS, c), _mm256_slli_epi16(hb, 2));
+        __m256i u = _mm256_or_si256(two_bits(x + Q3K_QS, c), move_bit(hm, c, 2));
         __m256i p = _mm256_maddubs_epi16(u, q8k_load(y, c));
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, bcast16(cs, c)));
     }
