@@ -1098,8 +1098,53 @@ static tdm_status stream_layer(tdm_forward_gpu *f, const glayer *gl, int32_t il,
     return TDM_OK;
 }
 
+/* What a side-stream branch of the prefetch runs, in this order. */
+enum {
+    SIDE_ROUTE = 1,       /* router product and top-k over f->pxn into f->pids */
+    SIDE_HINT = 2,        /* the pool's hint alone (tdm_gpu_prefetch_hint), when hints are on */
+    SIDE_STAGE = 4,       /* the staging of f->pids, with the pool's hint */
+    SIDE_STAGE_QUIET = 8, /* the staging of f->pids, whose hint went out before */
+    SIDE_COPY = 16        /* the copy of the experts the staging gave spare slots */
+};
+
+/* The prediction's router input: layer il's norm of the residual stream as
+ * it is now, into f->pxn. On the compute stream, because the running layer
+ * adds into f->x. */
+static tdm_status predict_norm(tdm_forward_gpu *f, const glayer *gl, tdm_error *err)
+{
+    const int64_t d = f->hp->n_embd;
+    return tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->pxn, 1, d, d, f->hp->norm_eps, err);
+}
+
+/* The steps `what` of layer il's prediction on the side stream, after
+ * everything the compute stream has run so far (staging clears what layer
+ * prev staged). */
+static tdm_status side_branch(tdm_forward_gpu *f, const glayer *gl, int32_t il, int32_t prev, unsigned what,
+                              tdm_error *err)
+{
+    const tdm_hparams *hp = f->hp;
+    tdm_gpu_prefetch quiet = f->pf;
+    quiet.hint_seq = NULL;
+    TRY(tdm_gpu_side_begin(f->g, err));
+    tdm_status st = TDM_OK;
+    if (what & SIDE_ROUTE) {
+        st = proj(f, &gl->router, f->pxn, 1, f->prl, false, err);
+        if (!st)
+            st = tdm_gpu_router(f->g, f->prl, 1, hp->n_expert, gl->k, hp->norm_topk, f->pids, f->pwts, err);
+    }
+    if (!st && (what & SIDE_HINT) && f->pf.hint_seq)
+        st = tdm_gpu_prefetch_hint(f->g, &f->pf, il, f->pids, gl->k, err);
+    if (!st && (what & (SIDE_STAGE | SIDE_STAGE_QUIET)))
+        st = tdm_gpu_prefetch_stage(f->g, what & SIDE_STAGE ? &f->pf : &quiet, il, prev, f->pids, gl->k, err);
+    if (!st && (what & SIDE_COPY))
+        st = tdm_gpu_prefetch_copy(f->g, &f->pf, il, &gl->direct, &gl->table, err);
+    tdm_error e2 = {0};
+    const tdm_status se = tdm_gpu_side_end(f->g, st ? &e2 : err);
+    return st ? st : se;
+}
+
 static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer *gl, int32_t il, int32_t n,
-                            int32_t pos0, bool staged, tdm_error *err)
+                            int32_t pos0, bool staged, int32_t early, tdm_error *err)
 {
     const tdm_hparams *hp = f->hp;
     const int64_t d = hp->n_embd;
@@ -1138,6 +1183,10 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         if (handoff)
             TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, direct, reorder ? &f->order : NULL,
                                         err));
+        if (early >= 0) { /* the early prediction's hint, from this layer's input (early_target) */
+            TRY(predict_norm(f, &f->L[early], err));
+            TRY(side_branch(f, &f->L[early], early, -1, SIDE_ROUTE | SIDE_HINT, err));
+        }
         if (reorder) {
             ids = f->order.ids;
             wts = f->order.weights;
@@ -1199,47 +1248,23 @@ static bool prefetching(const tdm_forward_gpu *f, const tdm_layer *L, int32_t il
     return f->pf.n && n == 1 && direct_batch(f, n) && L->ffn == TDM_FFN_MOE && !f->full[il];
 }
 
-/* Layer il's prediction (its router over the residual stream now) on the
- * compute stream's norm, then on the side stream: router, top-k and the
- * staging of the predicted misses, with the pool's hint (clearing what
- * layer prev staged); with copy, then the copy of the staged experts. The
- * norm stays on the compute stream because the running layer adds into
- * f->x. */
-static tdm_status prefetch(tdm_forward_gpu *f, const glayer *gl, int32_t il, int32_t prev, bool copy, tdm_error *err)
+/* Layer il's prefetch: its prediction (its router over the residual
+ * stream now), the staging of the predicted misses with the pool's hint
+ * (clearing what layer prev staged) and their copy. */
+static tdm_status prefetch(tdm_forward_gpu *f, const glayer *gl, int32_t il, int32_t prev, tdm_error *err)
 {
-    const tdm_hparams *hp = f->hp;
-    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->pxn, 1, hp->n_embd, hp->n_embd, hp->norm_eps, err));
-    TRY(tdm_gpu_side_begin(f->g, err));
-    tdm_status st = proj(f, &gl->router, f->pxn, 1, f->prl, false, err);
-    if (!st)
-        st = tdm_gpu_router(f->g, f->prl, 1, hp->n_expert, gl->k, hp->norm_topk, f->pids, f->pwts, err);
-    if (!st)
-        st = tdm_gpu_prefetch_stage(f->g, &f->pf, il, prev, f->pids, gl->k, err);
-    if (!st && copy)
-        st = tdm_gpu_prefetch_copy(f->g, &f->pf, il, &gl->direct, &gl->table, err);
-    tdm_error e2 = {0};
-    const tdm_status se = tdm_gpu_side_end(f->g, st ? &e2 : err);
-    return st ? st : se;
+    TRY(predict_norm(f, gl, err));
+    return side_branch(f, gl, il, prev, SIDE_ROUTE | SIDE_STAGE | SIDE_COPY, err);
 }
 
-/* The copy of what layer il's prefetch staged, on the side stream after
- * everything the compute stream has run so far. */
-static tdm_status prefetch_copy(tdm_forward_gpu *f, const glayer *gl, int32_t il, tdm_error *err)
-{
-    TRY(tdm_gpu_side_begin(f->g, err));
-    tdm_status st = tdm_gpu_prefetch_copy(f->g, &f->pf, il, &gl->direct, &gl->table, err);
-    tdm_error e2 = {0};
-    const tdm_status se = tdm_gpu_side_end(f->g, st ? &e2 : err);
-    return st ? st : se;
-}
-
-/* After layer il's own experts, before its merge waits for the pool: when
- * the next layer launches no prefetch (it holds every expert, or is dense)
- * and the one after prefetches, that one is predicted now (from the
- * residual without the pool's part of layer il), so the pool's hint is there
- * when its job ends; the copy follows the merge, leaving host memory to the
- * pool until then. The GPU has nothing else to do meanwhile. Returns the
- * layer predicted, or -1. */
+/* The early prediction: when the layer after miss layer il launches no
+ * prefetch (it holds every expert, or is dense) and the one after that
+ * does, that one (the target, returned; -1: none) is predicted from layer
+ * il's FFN input, in il's hand-off right after its publish (ffn_layer), and
+ * only its hint goes out then: the pool finds it when its job ends and
+ * warms the target's likely misses through the full layer. Layer il's own
+ * staged experts are in use until its merge; the staging and copy follow
+ * that, from the same prediction (layers()). */
 static int32_t early_target(const tdm_forward_gpu *f, int32_t il, int32_t n)
 {
     const int32_t nl = f->hp->n_layer;
@@ -1266,24 +1291,21 @@ static tdm_status layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error 
                               : il + 1 < nl && prefetching(f, tdm_model_layer(f->m, il + 1), il + 1, n) ? il + 1
                                                                                                        : -1;
             if (t >= 0)
-                st = prefetch(f, &f->L[t], t, staged, true, err);
+                st = prefetch(f, &f->L[t], t, staged, err);
             staged = ahead = t >= 0 ? t : ahead;
         }
         if (!st)
             st = L->kind == TDM_LAYER_ATTN ? attention_layer(f, L, gl, n, pos0, err)
                                            : deltanet_layer(f, L, gl, n, err);
+        const bool handoff = f->ex && L->ffn == TDM_FFN_MOE && !f->streaming && !f->full[il];
+        const int32_t early = handoff && ahead == il ? early_target(f, il, n) : -1;
         if (!st)
-            st = ffn_layer(f, L, gl, il, n, pos0, ahead == il, err);
-        if (!st && f->ex && L->ffn == TDM_FFN_MOE && !f->streaming && !f->full[il]) { /* the hand-off's merge */
-            const int32_t t = early_target(f, il, n);
-            if (t >= 0) {
-                st = prefetch(f, &f->L[t], t, staged, false, err);
-                staged = ahead = t;
-            }
-            if (!st)
-                st = tdm_gpu_handoff_merge(f->g, &f->ho, f->x, n, err);
-            if (!st && t >= 0)
-                st = prefetch_copy(f, &f->L[t], t, err);
+            st = ffn_layer(f, L, gl, il, n, pos0, ahead == il, early, err);
+        if (!st && handoff) /* the hand-off's merge */
+            st = tdm_gpu_handoff_merge(f->g, &f->ho, f->x, n, err);
+        if (!st && early >= 0) { /* the early prediction's staging (early_target) */
+            st = side_branch(f, &f->L[early], early, staged, SIDE_STAGE_QUIET | SIDE_COPY, err);
+            staged = ahead = early;
         }
         if (st)
             return tdm_error_wrap(err, "layer %d", il);

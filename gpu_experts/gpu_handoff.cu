@@ -242,22 +242,38 @@ __device__ void stage_lanes(const tdm_gpu_prefetch &p, int32_t layer, int32_t e,
         p.stage[(int64_t)layer * p.n + lane] = -1;
 }
 
-/* One warp: the previous layer's staged entries back to -1, then the
- * layer's picks (an id predicted twice counts once, at its best rank). */
-__global__ void __launch_bounds__(STAGE_THREADS)
-    stage_kernel(tdm_gpu_prefetch p, int32_t layer, int32_t prev, const int32_t *__restrict__ pred, int32_t k)
+/* The stage kernels' common start (the whole warp): layer prev's entries
+ * back to -1, then lane i's selection sel[i] (-1 past k) into *e. False
+ * when there is no layer to stage (layer < 0: clear only). */
+__device__ bool stage_begin(const tdm_gpu_prefetch &p, int32_t layer, int32_t prev, const int32_t *__restrict__ sel,
+                            int32_t k, int32_t *e)
 {
-    tdm_pdl_enter();
     unstage(p, prev);
     if (layer < 0)
+        return false;
+    const int lane = threadIdx.x & 31;
+    *e = lane < k ? sel[lane] : -1;
+    return true;
+}
+
+/* One warp: the previous layer's staged entries back to -1, then the
+ * layer's picks (an id predicted twice counts once, at its best rank);
+ * then the pool's hint. write false: the hint alone (no entry cleared or
+ * set, no stage row), for a prediction made before the staging may start. */
+__global__ void __launch_bounds__(STAGE_THREADS) stage_kernel(tdm_gpu_prefetch p, int32_t layer, int32_t prev,
+                                                              const int32_t *__restrict__ pred, int32_t k, bool write)
+{
+    tdm_pdl_enter();
+    int32_t e;
+    if (!stage_begin(p, layer, write ? prev : -1, pred, k, &e))
         return;
     const int lane = threadIdx.x;
     const int64_t E = p.n_expert;
-    const int32_t e = lane < k ? pred[lane] : -1;
     const bool first = __ffs(__match_any_sync(0xffffffffu, e)) - 1 == lane;
     const bool no_slot = first && e >= 0 && e < E && p.slot_of[layer * E + e] < 0;
     const unsigned fm = __ballot_sync(0xffffffffu, no_slot);
-    stage_lanes(p, layer, e, no_slot);
+    if (write)
+        stage_lanes(p, layer, e, no_slot);
     if (!p.hint_seq)
         return;
     /* the pool's share: what the prediction leaves without a slot, less the
@@ -334,12 +350,11 @@ __global__ void __launch_bounds__(STAGE_THREADS)
     direct_stage_kernel(tdm_gpu_prefetch p, int32_t layer, int32_t prev, const int32_t *__restrict__ ids, int32_t k)
 {
     tdm_pdl_enter();
-    unstage(p, prev);
-    if (layer < 0)
+    int32_t e;
+    if (!stage_begin(p, layer, prev, ids, k, &e))
         return;
     const int lane = threadIdx.x;
     const int64_t E = p.n_expert;
-    const int32_t e = lane < k ? ids[lane] : -1;
     const bool in = e >= 0 && e < E;
     const bool miss = lane < k && (!in || p.slot_of[layer * E + e] < 0);
     const unsigned mm = __ballot_sync(0xffffffffu, miss); /* every lane: not under the && */
@@ -355,6 +370,14 @@ static tdm_status check_stage(const tdm_gpu_prefetch *p, int32_t layer, const in
     TDM_REQUIRE(err, p->n <= STAGE_THREADS, "gpu stage: %d spare slots (at most %d)", p->n, STAGE_THREADS);
     TDM_REQUIRE(err, layer < 0 || (ids && k >= 1 && k <= STAGE_THREADS),
                 "gpu stage: layer %d without selections, or %d of them (at most %d)", layer, k, STAGE_THREADS);
+    return TDM_OK;
+}
+
+static tdm_status check_hint(const tdm_gpu_prefetch *p, tdm_error *err)
+{
+    TDM_REQUIRE(err, !p->hint_seq || (p->hint_layer && p->hint_n && p->hint_ids && p->hints && p->last &&
+                                      p->hint_max >= 1 && p->hint_max <= TDM_GPU_HINT_MAX),
+                "gpu prefetch: incomplete warm-up hint");
     return TDM_OK;
 }
 
@@ -394,12 +417,25 @@ extern "C" tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch 
                                              const int32_t *pred, int32_t k, tdm_error *err)
 {
     tdm_status st = check_stage(p, layer, pred, k, err);
+    if (!st)
+        st = check_hint(p, err);
     if (st)
         return st;
-    TDM_REQUIRE(err, !p->hint_seq || (p->hint_layer && p->hint_n && p->hint_ids && p->hints && p->last &&
-                                      p->hint_max >= 1 && p->hint_max <= TDM_GPU_HINT_MAX),
-                "gpu prefetch: incomplete warm-up hint");
-    TDM_LAUNCH(err, g, stage_kernel, 1, STAGE_THREADS, 0, *p, layer, prev, pred, k);
+    TDM_LAUNCH(err, g, stage_kernel, 1, STAGE_THREADS, 0, *p, layer, prev, pred, k, true);
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_prefetch_hint(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer,
+                                            const int32_t *pred, int32_t k, tdm_error *err)
+{
+    TDM_REQUIRE(err, p && p->hint_seq, "gpu prefetch hint: the descriptor has no hint to publish");
+    TDM_REQUIRE(err, layer >= 0, "gpu prefetch hint: layer %d", layer);
+    tdm_status st = check_stage(p, layer, pred, k, err);
+    if (!st)
+        st = check_hint(p, err);
+    if (st)
+        return st;
+    TDM_LAUNCH(err, g, stage_kernel, 1, STAGE_THREADS, 0, *p, layer, -1, pred, k, false);
     return TDM_OK;
 }
 

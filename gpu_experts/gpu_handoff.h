@@ -153,6 +153,15 @@ typedef struct tdm_gpu_prefetch {
  * come after the copy (tdm_gpu_side_join). */
 tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
                                   const int32_t *pred, int32_t k, tdm_error *err);
+/* The hint alone, early: what tdm_gpu_prefetch_stage(g, p, layer, .., pred,
+ * k) would publish to the pool and write to p->last, from the residency
+ * as it is now, with no entry cleared or set and no stage row written
+ * (layer >= 0; p must have hint_seq). For a prediction made while other
+ * staged entries are still in use: the staging follows later from the same
+ * pred, by tdm_gpu_prefetch_stage with hint_seq NULL in p (no second hint;
+ * p->last stays). */
+tdm_status tdm_gpu_prefetch_hint(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, const int32_t *pred,
+                                 int32_t k, tdm_error *err);
 /* Copies the matrices of the experts the last stage of layer (>= 0) gave
  * spare slots from src (registered host memory) to the slots at table's
  * offsets, over PCIe, after whatever the launching stream ran before. */

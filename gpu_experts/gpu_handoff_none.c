@@ -36,6 +36,13 @@ tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t
     return no_cuda(err, "gpu prefetch");
 }
 
+tdm_status tdm_gpu_prefetch_hint(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, const int32_t *pred,
+                                 int32_t k, tdm_error *err)
+{
+    (void)g, (void)p, (void)layer, (void)pred, (void)k;
+    return no_cuda(err, "gpu prefetch hint");
+}
+
 tdm_status tdm_gpu_prefetch_copy(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer,
                                  const tdm_gpu_direct_experts *src, const tdm_gpu_expert_table *table,
                                  tdm_error *err)

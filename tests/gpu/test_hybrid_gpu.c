@@ -456,6 +456,43 @@ static void test_prefetch_kernels(void **state)
     assert_memory_equal(got, want, sizeof got); /* layer 1's staged entry cleared again */
     assert_int_equal(hm[0], 2);
 
+    /* the hint alone (tdm_gpu_prefetch_hint), share 1: layer 2 predicted
+     * 3 1 5 0 2 6; 2 has a (real) slot, 3 would take the spare one, 1 5 0 6
+     * are left, 1 of them is the share's: hint 1 5 0, stage nothing */
+    ph.hint_max = 8;
+    ph.quota = quota;
+    assert_int_equal(tdm_gpu_prefetch_hint(g, &ph, 2, pred6, 6, &err), TDM_OK);
+    read_back(&fx, got, st, NULL);
+    assert_memory_equal(got, want, sizeof got); /* no entry set */
+    stage_row(st + 2 * NS, 3, 5, 0);            /* layer 2's row as the last staging left it */
+    assert_int_equal(hm[0], 3);
+    assert_int_equal((int32_t)hm[1], 2);
+    assert_int_equal((int32_t)hm[2], 3);
+    assert_true((int32_t)hm[4] == 1 && (int32_t)hm[5] == 5 && (int32_t)hm[6] == 0);
+    assert_int_equal(tdm_gpu_download(g, last, ph.last, sizeof last, &err), TDM_OK);
+    assert_true(last[0] == 3 && last[1] == 1 && last[2] == 5 && last[3] == 0);
+    /* then the staging from the same prediction without the hint (no
+     * hint_seq): 3 staged, no second hint, the device list kept */
+    tdm_gpu_prefetch quiet = ph;
+    quiet.hint_seq = NULL;
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &quiet, 2, -1, pred6, 6, &err), TDM_OK);
+    read_back(&fx, got, st, NULL);
+    want[2 * E + 3] = BASE;
+    assert_memory_equal(got, want, sizeof got);
+    assert_int_equal(st[2 * NS], 3);
+    assert_int_equal(hm[0], 3);
+    assert_int_equal(tdm_gpu_download(g, last, ph.last, sizeof last, &err), TDM_OK);
+    assert_true(last[0] == 3 && last[1] == 1 && last[2] == 5 && last[3] == 0);
+    assert_int_equal(tdm_gpu_prefetch_stage(g, &quiet, -1, 2, NULL, 0, &err), TDM_OK);
+    read_back(&fx, got, NULL, NULL);
+    want[2 * E + 3] = -1;
+    assert_memory_equal(got, want, sizeof got);
+    /* it needs a hint to publish and a layer */
+    assert_int_equal(tdm_gpu_prefetch_hint(g, &quiet, 2, pred6, 6, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_prefetch_hint(g, &ph, -1, pred6, 6, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_prefetch_hint(g, &ph, 2, NULL, 6, &err), TDM_ERR_INVALID);
+    assert_int_equal(hm[0], 3);
+
     /* the staged direct share (tdm_gpu_direct_stage) in the same 3 spare
      * slots, share 2: layer 1's selections 1 3 5 0 (1 has a slot) stage the
      * first 2 misses, 3 and 5, in that order; 0 is the pool's */
