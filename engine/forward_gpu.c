@@ -136,16 +136,18 @@ struct tdm_forward_gpu {
 
     /* hybrid prompt streaming: a batch of >= stream_min tokens sends every
      * expert the cache lacks to the GPU, layer by layer in chunks of st_chunk
-     * experts: the pool copies a chunk from the mapping into page-locked
-     * staging st_host[c & 1], the copy stream sends it to st_dev[c & 1]
-     * (copy fence c & 1), and the batch's misses of the chunk are computed
-     * there; chunk c + 1 travels while chunk c computes. The pool computes
-     * nothing for such a batch. */
+     * experts into st_dev[c & 1] (copy fence c & 1), and the batch's misses
+     * of the chunk are computed there; chunk c + 1 travels while chunk c
+     * computes. With the experts' copy registered (reg_base) the copy stream
+     * reads it directly (one DMA per matrix per run of consecutive experts);
+     * otherwise the pool copies the chunk from the mapping into page-locked
+     * staging st_host[c & 1] and the copy stream sends that. The pool
+     * computes nothing for such a batch. */
     int32_t stream_min;        /* 0: never */
     int32_t st_chunk;          /* experts per chunk */
     int32_t st_per_layer;      /* chunks per layer at most */
     uint8_t *st_dev[2];        /* device [st_chunk][slot] */
-    uint8_t *st_host[2];       /* page-locked [st_chunk][slot] */
+    uint8_t *st_host[2];       /* page-locked [st_chunk][slot]; NULL with reg_base */
     int32_t *st_map;           /* device [n_layer * st_per_layer][n_expert]: slot in its chunk or -1 */
     int32_t *st_map_host;      /* host copy */
     int32_t *st_experts;       /* host [n_layer][n_expert]: the batch's missing experts, layer by layer */
@@ -718,8 +720,9 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
 }
 
 /* Prompt streaming's buffers (before start_hybrid, so the arena gets what is
- * left): two device chunks, two page-locked ones, the chunk maps. Nothing
- * when batches can never reach stream_min. */
+ * left): two device chunks and the chunk maps (the staging follows the
+ * registration, stream_staging). Nothing when batches can never reach
+ * stream_min. */
 static tdm_status alloc_stream(tdm_forward_gpu *f, const tdm_executor_params *xp, tdm_error *err)
 {
     const tdm_hparams *hp = f->hp;
@@ -735,10 +738,8 @@ static tdm_status alloc_stream(tdm_forward_gpu *f, const tdm_executor_params *xp
     f->st_chunk = E < TDM_STREAM_CHUNK ? E : TDM_STREAM_CHUNK;
     f->st_per_layer = (E + f->st_chunk - 1) / f->st_chunk;
     const size_t chunks = (size_t)hp->n_layer * (size_t)f->st_per_layer, bytes = (size_t)f->st_chunk * slot;
-    for (int b = 0; b < 2; b++) {
+    for (int b = 0; b < 2; b++)
         TRY(dalloc(f, bytes, &f->st_dev[b], err));
-        TRY(tdm_gpu_alloc_host(f->g, bytes, (void **)&f->st_host[b], err));
-    }
     TRY(dalloc(f, chunks * (size_t)E * sizeof(int32_t), &f->st_map, err));
     f->st_map_host = malloc(chunks * (size_t)E * sizeof(int32_t));
     f->st_experts = malloc((size_t)hp->n_layer * (size_t)E * sizeof(int32_t));
@@ -748,6 +749,18 @@ static tdm_status alloc_stream(tdm_forward_gpu *f, const tdm_executor_params *xp
     f->st_pieces = malloc(3 * (size_t)f->st_chunk * sizeof *f->st_pieces);
     if (!f->st_map_host || !f->st_experts || !f->st_layer || !f->st_first || !f->st_count || !f->st_pieces)
         return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: prompt streaming tables");
+    return TDM_OK;
+}
+
+/* After start_hybrid: prompt streaming's two page-locked chunks, unless it
+ * reads the registered copy. */
+static tdm_status stream_staging(tdm_forward_gpu *f, tdm_error *err)
+{
+    if (!f->stream_min || f->reg_base)
+        return TDM_OK;
+    const size_t bytes = (size_t)f->st_chunk * tdm_expert_cache_slot_bytes_for(f->m);
+    for (int b = 0; b < 2; b++)
+        TRY(tdm_gpu_alloc_host(f->g, bytes, (void **)&f->st_host[b], err));
     return TDM_OK;
 }
 
@@ -808,6 +821,8 @@ static tdm_status create(const tdm_model *m, int device, int32_t n_ctx, int32_t 
         st = alloc_stream(f, xp, err);
     if (!st && xp)
         st = start_hybrid(f, xp, err);
+    if (!st && xp)
+        st = stream_staging(f, err);
     if (!st)
         st = tdm_forward_gpu_reset(f, err);
     if (!st)
@@ -984,31 +999,62 @@ static tdm_status route_hook(tdm_forward_gpu *f, int32_t il, int32_t n, int32_t 
 
 /* ---- prompt streaming (see the struct) ---- */
 
-/* Chunk c to the GPU: once the copy that last read staging c & 1 is over, the
- * pool copies the chunk's experts into it (each as a slot: gate | up | down),
- * and the copy stream sends it after the kernels queued so far, the last to
- * read device buffer c & 1 (chunk c - 2) among them. */
-static tdm_status stream_send(tdm_forward_gpu *f, int32_t c, tdm_error *err)
+/* Chunk c's experts ex [n] into device buffer b, each as a slot (gate |
+ * up | down) at slot offsets: straight from the registered copy, one 2-D
+ * DMA per matrix per run of consecutive experts. */
+static tdm_status send_registered(tdm_forward_gpu *f, int b, const tdm_weight *const w[3], const int32_t *ex,
+                                  int32_t n, size_t slot, tdm_error *err)
 {
-    const int b = c & 1;
-    const int32_t n = f->st_count[c];
-    const tdm_layer *L = tdm_model_layer(f->m, f->st_layer[c]);
-    const size_t slot = f->L[f->st_layer[c]].table.slot_bytes;
-    const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    for (int32_t j0 = 0, j1; j0 < n; j0 = j1) {
+        for (j1 = j0 + 1; j1 < n && ex[j1] == ex[j1 - 1] + 1; j1++)
+            ;
+        size_t off = 0;
+        for (int i = 0; i < 3; i++) {
+            TRY(tdm_gpu_copy_rows_async(f->g, f->st_dev[b] + (size_t)j0 * slot + off, slot,
+                                        (const uint8_t *)w[i]->data + (size_t)ex[j0] * w[i]->mat_bytes,
+                                        w[i]->mat_bytes, w[i]->mat_bytes, (size_t)(j1 - j0), err));
+            off += w[i]->mat_bytes;
+        }
+    }
+    return TDM_OK;
+}
+
+/* The same through staging b: once the copy that last read it is over, the
+ * pool copies the experts into it, then one DMA sends it. */
+static tdm_status send_staged(tdm_forward_gpu *f, int b, const tdm_weight *const w[3], const int32_t *ex, int32_t n,
+                              size_t slot, tdm_error *err)
+{
     TRY(tdm_gpu_fence_wait_host(f->g, b, err));
     for (int32_t j = 0; j < n; j++) {
-        const int32_t e = f->st_experts[f->st_first[c] + j];
         size_t off = 0;
         for (int i = 0; i < 3; i++) {
             f->st_pieces[3 * j + i] = (tdm_copy_piece){f->st_host[b] + (size_t)j * slot + off,
-                                                       (const uint8_t *)w[i]->data + (size_t)e * w[i]->mat_bytes,
+                                                       (const uint8_t *)w[i]->data + (size_t)ex[j] * w[i]->mat_bytes,
                                                        w[i]->mat_bytes};
             off += w[i]->mat_bytes;
         }
     }
     TRY(tdm_pool_copy(tdm_executor_pool(f->ex), f->st_pieces, 3 * n, err));
     TRY(tdm_gpu_wait_compute(f->g, err));
-    TRY(tdm_gpu_copy_async(f->g, f->st_dev[b], f->st_host[b], (size_t)n * slot, err));
+    return tdm_gpu_copy_async(f->g, f->st_dev[b], f->st_host[b], (size_t)n * slot, err);
+}
+
+/* Chunk c to the GPU, on the copy stream after the kernels queued so far
+ * (the last to read device buffer c & 1, chunk c - 2's, among them). */
+static tdm_status stream_send(tdm_forward_gpu *f, int32_t c, tdm_error *err)
+{
+    const int b = c & 1;
+    const int32_t n = f->st_count[c];
+    const tdm_layer *L = tdm_model_layer(f->m, f->st_layer[c]);
+    const size_t slot = f->L[f->st_layer[c]].table.slot_bytes;
+    const tdm_weight *const w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    const int32_t *ex = f->st_experts + f->st_first[c];
+    if (f->reg_base) {
+        TRY(tdm_gpu_wait_compute(f->g, err));
+        TRY(send_registered(f, b, w, ex, n, slot, err));
+    } else {
+        TRY(send_staged(f, b, w, ex, n, slot, err));
+    }
     f->st_bytes += (uint64_t)n * slot;
     return tdm_gpu_fence_copies(f->g, b, err);
 }

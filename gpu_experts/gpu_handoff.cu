@@ -196,6 +196,15 @@ extern "C" tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pi
     return TDM_OK;
 }
 
+extern "C" tdm_status tdm_gpu_copy_rows_async(tdm_gpu *g, void *dst, size_t dpitch, const void *src, size_t spitch,
+                                              size_t width, size_t rows, tdm_error *err)
+{
+    if (!rows || !width)
+        return TDM_OK;
+    TDM_CU(err, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, g->copy_stream));
+    return TDM_OK;
+}
+
 /* ---- decode prefetch ---- */
 
 #define STAGE_THREADS 32

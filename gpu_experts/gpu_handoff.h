@@ -188,6 +188,13 @@ tdm_status tdm_gpu_direct_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t l
 tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
                                  size_t width, size_t rows, tdm_error *err);
 
+/* Copies rows rows of width bytes from src (rows spitch apart) to dst
+ * (dpitch apart) on the copy stream (tdm_gpu_copy_async's), e.g.
+ * consecutive experts' matrices from registered host memory
+ * (tdm_gpu_host_register) into slots, in one DMA. */
+tdm_status tdm_gpu_copy_rows_async(tdm_gpu *g, void *dst, size_t dpitch, const void *src, size_t spitch,
+                                   size_t width, size_t rows, tdm_error *err);
+
 /* The expert-slot device: `staging` page-locked buffers of slot_bytes each
  * (>= 1) rotate for the copies; every arena it allocates has `spare` more
  * slots after the bytes the cache asks for (the decode prefetch's). *out is owned by the caller and freed with

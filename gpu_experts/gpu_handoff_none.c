@@ -29,6 +29,13 @@ tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const 
     return no_cuda(err, "gpu download");
 }
 
+tdm_status tdm_gpu_copy_rows_async(tdm_gpu *g, void *dst, size_t dpitch, const void *src, size_t spitch,
+                                   size_t width, size_t rows, tdm_error *err)
+{
+    (void)g, (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)rows;
+    return no_cuda(err, "gpu copy_rows_async");
+}
+
 tdm_status tdm_gpu_prefetch_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t layer, int32_t prev,
                                   const int32_t *pred, int32_t k, tdm_error *err)
 {

@@ -37,7 +37,9 @@
  *  - prompt streaming (stream_min 2: the prompt batch sends every missing
  *    expert to the GPU in chunks and the GPU computes the misses; decode
  *    steps still use the pool): the same bounds, the prompt's layer calls
- *    counted as streamed instead of pool jobs, bytes sent > 0.
+ *    counted as streamed instead of pool jobs, bytes sent > 0; with the
+ *    experts' copy registered (direct share or prefetch on) the copy stream
+ *    reads it directly and the pool copies nothing, else the pool copies.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -178,6 +180,9 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
     else if (hc->direct >= 1000) /* a share over every miss: only a prompt batch too long for the fused
                                   * launches wakes the pool */
         assert_true(s.pool_wakes <= moe_layers(m));
+    else if (hc->stream_min > 0 && (hc->direct > 0 || hc->prefetch > 0)) /* the prompt streamed; the share or the
+                                                                          * prefetch may take every decode miss */
+        assert_true(s.pool_wakes <= s.layers);
     else
         assert_true(s.pool_wakes >= 1 && s.pool_wakes <= s.layers);
     if (s.n_slots == 0 && hc->direct == 0)
@@ -197,6 +202,9 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
     if (hc->stream_min > 0) { /* the prompt batch streamed; nothing to send when every expert has a slot */
         assert_int_equal(s.streamed_layers, moe_layers(m));
         assert_true((s.stream_bytes > 0) == (s.n_slots < moe_layers(m) * hp->n_expert));
+        /* with the registered copy (the share's or the prefetch's) the DMA reads it: the pool copies nothing */
+        const bool registered = hc->direct != 0 || hc->prefetch != 0;
+        assert_true((ps.copies > 0) == (s.stream_bytes > 0 && !registered));
     } else
         assert_int_equal(s.streamed_layers, 0);
     /* numbers */
@@ -578,7 +586,8 @@ static void micro(const char *name)
     const hyb_case cases[] = {{FULL, 1, -1, 0, -1}, {0, 1, -1, 0, -1},   {HALF, 1, -1, 0, -1},
                               {HALF, 2, TDM_CACHE_LRU, 0, -1}, {0, 2, -1, 0, 2}, {HALF, 1, -1, 0, 2},
                               {HALF, 1, -1, 0, -1, 2}, {0, 1, -1, 0, -1, 1000}, {HALF, 1, -1, 0, -1, -1},
-                              {HALF, 1, -1, 0, -1, 0, 3}, {HALF, 2, -1, 0, -1, 2, 2}};
+                              {HALF, 1, -1, 0, -1, 0, 3}, {HALF, 2, -1, 0, -1, 2, 2}, {HALF, 1, -1, 0, 2, 2},
+                              {0, 2, -1, 0, 2, 0, 2}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(name, mc.m, tok, np, n, &b, &cases[i], true, NULL);
     free_baseline(&b);
@@ -621,7 +630,8 @@ static void test_small_q4km(void **state)
     baseline b = make_baseline(m, tok, np, n, tdm_model_hparams(m)->n_vocab);
     const hyb_case cases[] = {{FULL, 2, -1, 0, -1}, {0, 2, -1, 0, -1}, {HALF, 2, -1, 0, -1}, {0, 2, -1, 0, 2},
                               {HALF, 2, -1, 0, 2}, {FULL, 2, -1, 0, 2}, {HALF, 2, -1, 0, -1, 2},
-                              {0, 2, -1, 0, -1, -1}, {HALF, 2, -1, 0, -1, 0, 4}, {HALF, 2, -1, 0, -1, -1, 2}};
+                              {0, 2, -1, 0, -1, -1}, {HALF, 2, -1, 0, -1, 0, 4}, {HALF, 2, -1, 0, -1, -1, 2},
+                              {HALF, 2, -1, 0, 2, -1}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case("small", m, tok, np, n, &b, &cases[i], false, NULL);
     free_baseline(&b);
@@ -653,7 +663,8 @@ static void test_demo(void **state)
                               {0, 0, -1, 0, -1, 1000},
                               {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1, -1},
                               {HALF, 0, -1, 0, -1, 0, 2},
-                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1, -1, 2}};
+                              {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1, -1, 2},
+                              {HALF, 0, -1, 0, 2, 0, 2}};
     int done = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(pg, "cases"))
