@@ -302,7 +302,7 @@ tdm_status tdm_budget_inputs_for(const tdm_model *m, int32_t n_ctx, int32_t max_
         if (!is_routed_expert(m, t))
             out->weight_bytes += t->nbytes;
     }
-    out->kv_bytes_per_pos = (uint64_t)hp->n_attn_layers * 2u * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * 4u;
+    out->kv_bytes_per_pos = (uint64_t)hp->n_attn_layers * 2u * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * 2u;
     out->kv_bytes = out->kv_bytes_per_pos * (uint64_t)n_ctx;
     const int64_t conv_dim = hp->n_rec_layers ? tdm_hparams_conv_dim(hp) : 0;
     if (hp->n_rec_layers)

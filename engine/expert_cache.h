@@ -119,13 +119,17 @@ int64_t tdm_expert_cache_layer_misses(const tdm_expert_cache *c, int32_t il);
  * Every byte the GPU will hold, planned before anything is allocated:
  *   weights   every non-routed-expert tensor of the file (attention, DeltaNet,
  *             norms, routers, shared experts, embeddings, output head, MTP)
- *   kv        n_attn_layers * n_ctx * 2 * n_head_kv * head_dim * 4 (f32 K and V)
+ *   kv        n_attn_layers * n_ctx * 2 * n_head_kv * head_dim * 2 (fp16 K and V)
  *   deltanet  n_rec_layers * ((K-1) * conv_dim + H_v * d_k * d_v) * 4
  *   scratch   max_batch * 4 * (4 * n_embd + 3 * wide + n_expert + n_vocab) with
  *             wide = max(q rows (x2 gated), conv_dim, k * n_ff_exp, n_ff_shexp)
  *             plus 2 x TDM_STREAM_CHUNK slots (at most 2 x n_expert) for
  *             prompt streaming (forward_gpu.h), double buffered
- *   slots     the rest, in whole slots, at most n_moe_layers * n_expert. */
+ *   slots     the rest, in whole slots, at most n_moe_layers * n_expert.
+ * The scratch term is an estimate, on the high side for large vocabularies:
+ * the GPU forward plans with it before it allocates anything, then plans
+ * again over the fixed part as allocated (forward_gpu.c start_hybrid), so
+ * the slots get what the estimate kept back. */
 /* Prompt streaming: experts per chunk sent to the GPU (two chunks in VRAM). */
 #define TDM_STREAM_CHUNK 32
 /* Prompt batches of at least this many tokens stream (executor stream_min 0). */

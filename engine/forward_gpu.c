@@ -610,11 +610,15 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     const size_t slot = tdm_expert_cache_slot_bytes_for(f->m);
     const uint64_t budget = f->budget.budget;
     const size_t cells = (size_t)hp->n_layer * (size_t)hp->n_expert;
-    if (f->bytes > budget)
-        return tdm_error_set(err, TDM_ERR_OOM,
-                             "forward_gpu: the non-expert part takes %.2f GiB, over the %.2f GiB budget (the ledger "
-                             "planned %.2f GiB)", (double)f->bytes / 1073741824.0, (double)budget / 1073741824.0,
-                             (double)f->budget.fixed_bytes / 1073741824.0);
+    /* the ledger again, over the fixed part as allocated: the first plan's
+     * scratch was an estimate (before anything was allocated); the slots
+     * get what it kept back, and a fixed part over the budget is refused
+     * with the same numbers and what would fit */
+    tdm_budget_inputs in = f->budget.in;
+    in.weight_bytes = f->weight_bytes;
+    in.scratch_bytes = f->bytes - f->weight_bytes - in.kv_bytes - in.deltanet_bytes;
+    if (tdm_budget_compute(&in, budget, &f->budget, err))
+        return tdm_error_wrap(err, "forward_gpu: as allocated");
     int64_t fit = slot ? (int64_t)((budget - f->bytes) / slot) : 0;
     fit = fit < f->budget.n_slots ? fit : f->budget.n_slots;
     /* --cache-experts with --gpu-mem: the count must fit the budget too */

@@ -690,7 +690,8 @@ static void test_demo(void **state)
 }
 
 /* A budget below the non-expert part is refused before anything runs; one
- * just above it leaves few or no slots and still runs. */
+ * just above it leaves few or no slots and still runs, and the forward's
+ * ledger then holds the fixed part as allocated, to the byte. */
 static void test_budget(void **state)
 {
     (void)state;
@@ -721,6 +722,14 @@ static void test_budget(void **state)
            (double)xp.gpu_mem / 1048576.0, (double)b.fixed_bytes / 1048576.0, s.n_slots,
            (double)s.slot_bytes / 1048576.0, (double)tdm_forward_gpu_bytes(f) / 1048576.0);
     assert_true(tdm_forward_gpu_bytes(f) <= xp.gpu_mem);
+    /* the ledger planned again over what was allocated: exact, and every slot it leaves is used */
+    const tdm_budget *fb = tdm_forward_gpu_budget(f);
+    assert_non_null(fb);
+    assert_int_equal(fb->in.weight_bytes, tdm_forward_gpu_weight_bytes(f));
+    assert_int_equal(fb->fixed_bytes + fb->slot_total, tdm_forward_gpu_bytes(f));
+    assert_int_equal(fb->fixed_bytes + fb->slot_total + fb->spare, xp.gpu_mem);
+    assert_true(fb->spare < fb->in.slot_bytes || fb->n_slots == fb->in.max_slots);
+    assert_int_equal(s.n_slots, fb->n_slots);
     const int32_t tok[4] = {1, 2, 3, 4};
     float *lg = malloc((size_t)tdm_model_hparams(m)->n_vocab * sizeof(float));
     assert_int_equal(tdm_forward_gpu_eval(f, tok, 4, 0, lg, false, &err), TDM_OK);

@@ -276,7 +276,7 @@ static void test_ledger_inputs(void **state)
             }
         }
         assert_int_equal(in.weight_bytes + experts, all);
-        assert_int_equal(in.kv_bytes, (uint64_t)hp->n_attn_layers * 100 * 2 * hp->n_head_kv * hp->head_dim * 4);
+        assert_int_equal(in.kv_bytes, (uint64_t)hp->n_attn_layers * 100 * 2 * hp->n_head_kv * hp->head_dim * 2);
         if (hp->n_rec_layers)
             assert_true(in.deltanet_bytes > 0);
         else
