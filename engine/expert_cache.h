@@ -126,10 +126,11 @@ int64_t tdm_expert_cache_layer_misses(const tdm_expert_cache *c, int32_t il);
  *             plus 2 x TDM_STREAM_CHUNK slots (at most 2 x n_expert) for
  *             prompt streaming (forward_gpu.h), double buffered
  *   slots     the rest, in whole slots, at most n_moe_layers * n_expert.
- * The scratch term is an estimate, on the high side for large vocabularies:
- * the GPU forward plans with it before it allocates anything, then plans
+ * The weights and scratch terms are estimates, on the high side for large
+ * vocabularies (the token embedding and logits for every batch row): the
+ * GPU forward plans with them before it allocates anything, then plans
  * again over the fixed part as allocated (forward_gpu.c start_hybrid), so
- * the slots get what the estimate kept back. */
+ * the slots get what the estimates kept back. */
 /* Prompt streaming: experts per chunk sent to the GPU (two chunks in VRAM). */
 #define TDM_STREAM_CHUNK 32
 /* Prompt batches of at least this many tokens stream (executor stream_min 0). */
