@@ -611,12 +611,13 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     const uint64_t budget = f->budget.budget;
     const size_t cells = (size_t)hp->n_layer * (size_t)hp->n_expert;
     /* the ledger again, over the fixed part as allocated: the first plan's
-     * scratch was an estimate (before anything was allocated); the slots
-     * get what it kept back, and a fixed part over the budget is refused
-     * with the same numbers and what would fit */
+     * weights and scratch were estimates (before anything was allocated);
+     * the slots get what they kept back, and a fixed part over the budget
+     * is refused with the same numbers and what would fit */
     tdm_budget_inputs in = f->budget.in;
+    const uint64_t named = (uint64_t)f->weight_bytes + in.kv_bytes + in.deltanet_bytes;
     in.weight_bytes = f->weight_bytes;
-    in.scratch_bytes = f->bytes - f->weight_bytes - in.kv_bytes - in.deltanet_bytes;
+    in.scratch_bytes = f->bytes > named ? f->bytes - named : 0;
     if (tdm_budget_compute(&in, budget, &f->budget, err))
         return tdm_error_wrap(err, "forward_gpu: as allocated");
     int64_t fit = slot ? (int64_t)((budget - f->bytes) / slot) : 0;
