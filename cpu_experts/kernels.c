@@ -237,9 +237,12 @@ float tdm_vec_dot(tdm_qtype wt, int64_t n, const void *w, const void *xq)
     return dot_for("tdm_vec_dot", wt)(n, w, xq);
 }
 
-/* Software prefetch PREFETCH_BYTES ahead of the row being computed (whole
- * rows, at least one): the kernels need a good part of a core's time per
- * byte, so the DRAM latency must be hidden ahead of the hardware streamer. */
+/* Software prefetch TDM_PREFETCH_BYTES ahead of the row being computed
+ * (whole rows, at least one): the kernels need a good part of a core's time
+ * per byte, so the DRAM latency must be hidden ahead of the hardware
+ * streamer. Both it and TDM_DOT4_MAX_ROW_BYTES can be set at build time
+ * (EXTRA_CFLAGS=-D...) to measure another host (docs/EXECUTOR.md "The row
+ * driver"); TDM_NO_PREFETCH turns the software prefetch off. */
 /* Rows of more bytes than this are multiplied one at a time, not four side
  * by side: four rows of 0.5-2 KB interleave four streams through DRAM, which
  * the hardware prefetchers follow badly (AVX2 VM, one token, weights from
@@ -249,17 +252,22 @@ float tdm_vec_dot(tdm_qtype wt, int64_t n, const void *w, const void *xq)
  * 10.4-11.2; in cache both drivers ~10 GB/s). Rows of <= 512 B (Q4_K/Q6_K
  * down projections) keep the four-row driver: its four rows are one
  * contiguous stream, and single rows measured no better there. */
-#define DOT4_MAX_ROW_BYTES 512
+#ifndef TDM_DOT4_MAX_ROW_BYTES
+#define TDM_DOT4_MAX_ROW_BYTES 512
+#endif
 
 #ifndef TDM_NO_PREFETCH
-#define PREFETCH_BYTES 4096
+#ifndef TDM_PREFETCH_BYTES
+#define TDM_PREFETCH_BYTES 4096
+#endif
 static inline void prefetch_row(const uint8_t *p, size_t bytes)
 {
     for (size_t o = 0; o < bytes; o += 64)
         __builtin_prefetch(p + o, 0, 3);
 }
 #else
-#define PREFETCH_BYTES 0
+#undef TDM_PREFETCH_BYTES
+#define TDM_PREFETCH_BYTES 0
 static inline void prefetch_row(const uint8_t *p, size_t bytes)
 {
     (void)p, (void)bytes;
@@ -330,10 +338,10 @@ void tdm_matmul_rows(tdm_qtype wt, int64_t n, const void *w, size_t w_stride, in
         tile = 1;
     if (ntok == 1)
         tile = r1 - r0;
-    if (c.row_bytes > DOT4_MAX_ROW_BYTES)
+    if (c.row_bytes > TDM_DOT4_MAX_ROW_BYTES)
         c.dot4 = NULL;
     if (c.row_bytes)
-        c.pf_rows = (int64_t)((PREFETCH_BYTES + c.row_bytes - 1) / c.row_bytes);
+        c.pf_rows = (int64_t)((TDM_PREFETCH_BYTES + c.row_bytes - 1) / c.row_bytes);
     if (c.pf_rows < 1)
         c.pf_rows = 1;
     const uint8_t *xb = xq;
