@@ -112,6 +112,7 @@ INLINE void dot_tok4_512(int64_t nb, const uint8_t *w, int bsize, const uint8_t 
                          step512_fn step, float *out)
 {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#pragma GCC unroll 2 /* as dot_row512: CPU prompt of the 8-layer synthetic Qwen3.5, 2 threads, +5% */
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *x = w + b * bsize, *yb = y + b * ysize;
         a0 = step(x, yb, a0);
