@@ -78,9 +78,10 @@ INLINE float hsum512(__m512 v) { return hsum_ps(fold512(v)); }
 typedef __m512 (*step512_fn)(const uint8_t *x, const uint8_t *y, __m512 acc);
 
 /* Two blocks per iteration, in the same order (the 4-row drivers' sums bit
- * for bit): with one block per iteration the AVX-512 K-quant rows read from
- * DRAM at half the rate on Sapphire Rapids (docs/EXECUTOR.md "The row
- * driver"), though from cache both run alike. */
+ * for bit), as kernels_x86.h's dot_row with pairs: with one block per
+ * iteration the AVX-512 K-quant rows read from DRAM at half the rate on
+ * Sapphire Rapids (docs/EXECUTOR.md "The row driver"), though from cache
+ * both run alike. */
 INLINE float dot_row512(int64_t nb, const uint8_t *w, int bsize, const uint8_t *y, int ysize, step512_fn step)
 {
     __m512 acc = _mm512_setzero_ps();
