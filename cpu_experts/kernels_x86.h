@@ -195,21 +195,27 @@ INLINE __m256i q8k_bsums(const uint8_t *y) { return _mm256_loadu_si256((const __
 
 typedef __m256 (*step_fn)(const uint8_t *x, const uint8_t *y, __m256 acc);
 
-/* pairs: two blocks per loop iteration, in the same order (so the sums are
- * the 4-row drivers' bit for bit), for the 256-element blocks: one block per
- * iteration read K-quant rows from DRAM at up to half the rate on a Golden
- * Cove (Sapphire Rapids) core, Q4_K +20%, IQ4_XS 2x, Q5_K +35%, Q6_K even;
- * the 32-element blocks gained nothing (docs/EXECUTOR.md "The row driver"). */
+/* The blocks of 512 elements per loop iteration, in the same order (so the
+ * sums are the 4-row drivers' bit for bit): two of 256 (k_quant), or 16 of
+ * 32. With one block per iteration rows read from DRAM at half the rate or
+ * less on a Golden Cove (Sapphire Rapids) core, though from cache both run
+ * alike (docs/EXECUTOR.md "The row driver"). The K-quant pair is written
+ * out: the same loop with an inner loop over two ran slower there. */
 INLINE float dot_row(int64_t nb, const uint8_t *w, int bsize, const uint8_t *y, int ysize, step_fn step,
-                     bool pairs)
+                     bool k_quant)
 {
     __m256 acc = _mm256_setzero_ps();
     int64_t b = 0;
-    if (pairs)
+    if (k_quant)
         for (; b + 2 <= nb; b += 2) {
             acc = step(w + b * bsize, y + b * ysize, acc);
             acc = step(w + (b + 1) * bsize, y + (b + 1) * ysize, acc);
         }
+    else
+        for (; b + 16 <= nb; b += 16)
+#pragma GCC unroll 16
+            for (int u = 0; u < 16; u++)
+                acc = step(w + (b + u) * bsize, y + (b + u) * ysize, acc);
     for (; b < nb; b++)
         acc = step(w + b * bsize, y + b * ysize, acc);
     return hsum_ps(acc);
