@@ -99,6 +99,7 @@ INLINE void dot_row4_512(int64_t nb, const uint8_t *w, size_t stride, int bsize,
                          step512_fn step, float *out)
 {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#pragma GCC unroll 4 /* as dot_row4 */
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *x = w + b * bsize, *yb = y + b * ysize;
         a0 = step(x, yb, a0);

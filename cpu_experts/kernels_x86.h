@@ -225,6 +225,7 @@ INLINE void dot_row4(int64_t nb, const uint8_t *w, size_t stride, int bsize, con
                      step_fn step, float *out)
 {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#pragma GCC unroll 4 /* the 2-3 blocks of a down row in one piece: +12-27% from DRAM (EXECUTOR.md) */
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *x = w + b * bsize, *yb = y + b * ysize;
         a0 = step(x, yb, a0);
