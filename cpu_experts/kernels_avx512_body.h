@@ -78,7 +78,7 @@ INLINE float hsum512(__m512 v) { return hsum_ps(fold512(v)); }
 typedef __m512 (*step512_fn)(const uint8_t *x, const uint8_t *y, __m512 acc);
 
 /* Two blocks per iteration, in the same order (the 4-row drivers' sums bit
- * for bit), as kernels_x86.h's dot_row with pairs: with one block per
+ * for bit), as kernels_x86.h's dot_row for K-quants: with one block per
  * iteration the AVX-512 K-quant rows read from DRAM at half the rate on
  * Sapphire Rapids (docs/EXECUTOR.md "The row driver"), though from cache
  * both run alike. */
