@@ -260,6 +260,12 @@ void tdm_expert_cache_get_stats(const tdm_expert_cache *c, tdm_expert_cache_stat
     out->bytes_moved = c->bytes_moved;
 }
 
+int32_t tdm_stream_span(int32_t max_batch, int32_t n_ctx)
+{
+    const int64_t span = (int64_t)TDM_STREAM_SPAN * max_batch;
+    return span < n_ctx ? (int32_t)span : n_ctx > max_batch ? n_ctx : max_batch;
+}
+
 int64_t tdm_expert_cache_layer_hits(const tdm_expert_cache *c, int32_t il)
 {
     return il >= 0 && il < c->n_layer ? c->hits[il] : 0;
@@ -316,6 +322,9 @@ tdm_status tdm_budget_inputs_for(const tdm_model *m, int32_t n_ctx, int32_t max_
                          (uint64_t)(4 * (int64_t)hp->n_embd + 3 * wide + hp->n_expert + hp->n_vocab) +
                          2u * (uint64_t)(hp->n_expert < TDM_STREAM_CHUNK ? hp->n_expert : TDM_STREAM_CHUNK) *
                              out->slot_bytes;
+    const int64_t span = tdm_stream_span(max_batch, n_ctx), k = hp->n_expert_used > 0 ? hp->n_expert_used : 1;
+    out->scratch_bytes += (uint64_t)(span - max_batch) * 4u *
+                          (uint64_t)(2 * (int64_t)hp->n_embd + 1 + ((int64_t)hp->n_layer + 1) * k);
     if (hp->n_attn_layers) /* attention split partials: at most 8 queries x 32 splits per head */
         out->scratch_bytes += 8u * 32u * 4u * (uint64_t)hp->n_head * (uint64_t)(hp->head_dim + 2) + 4096u;
     int32_t n_moe = 0;

@@ -124,7 +124,10 @@ int64_t tdm_expert_cache_layer_misses(const tdm_expert_cache *c, int32_t il);
  *   scratch   max_batch * 4 * (4 * n_embd + 3 * wide + n_expert + n_vocab) with
  *             wide = max(q rows (x2 gated), conv_dim, k * n_ff_exp, n_ff_shexp)
  *             plus 2 x TDM_STREAM_CHUNK slots (at most 2 x n_expert) for
- *             prompt streaming (forward_gpu.h), double buffered
+ *             prompt streaming (forward_gpu.h), double buffered, and the
+ *             span's rows beyond max_batch (span - max_batch) * 4 *
+ *             (2 * n_embd + 1 + (n_layer + 1) * k), span =
+ *             tdm_stream_span(max_batch, n_ctx)
  *   slots     the rest, in whole slots, at most n_moe_layers * n_expert.
  * The weights and scratch terms are estimates, on the high side for large
  * vocabularies (the token embedding and logits for every batch row): the
@@ -135,6 +138,13 @@ int64_t tdm_expert_cache_layer_misses(const tdm_expert_cache *c, int32_t il);
 #define TDM_STREAM_CHUNK 32
 /* Prompt batches of at least this many tokens stream (executor stream_min 0). */
 #define TDM_STREAM_MIN_DEFAULT 64
+/* A streaming prompt runs up to this many batches layer by layer (a span):
+ * each layer's missing experts cross PCIe once per span, not per batch. */
+#define TDM_STREAM_SPAN 8
+
+/* Tokens of a streaming span: TDM_STREAM_SPAN batches of max_batch, at most
+ * n_ctx, at least max_batch. */
+int32_t tdm_stream_span(int32_t max_batch, int32_t n_ctx);
 
 typedef struct tdm_budget_inputs {
     uint64_t weight_bytes, kv_bytes, deltanet_bytes, scratch_bytes;

@@ -52,6 +52,8 @@ struct tdm_forward_gpu {
     const tdm_hparams *hp;
     tdm_gpu *g;
     int32_t n_ctx, B, mm_min;
+    int32_t S;                 /* rows of the span buffers: a streaming span's tokens (B without streaming) */
+    int32_t sub0;              /* first token of the batch the views below show, inside the span */
     int64_t q_dim, kv_dim, conv_dim, v_dim, wide, h_stride;
     size_t bytes, weight_bytes;
 
@@ -67,14 +69,18 @@ struct tdm_forward_gpu {
     size_t rec_floats, conv_floats;
 
     /* scratch (device) */
-    float *x, *xn, *tmp;       /* [B][n_embd] */
+    float *span_x, *span_xn;   /* [S][n_embd]: the residual stream and the normed rows */
+    float *span_wts;           /* [S][k] */
+    int32_t *span_pos;         /* [S] positions (RoPE) */
+    float *x, *xn;             /* views: the batch of B rows at token sub0 of span_x, span_xn (span_view) */
+    float *tmp;                /* [B][n_embd] */
     float *p1, *p2, *p3;       /* [B][wide] */
     float *q, *gate, *ao;      /* [B][wide] */
     float *beta, *alpha;       /* [B][H_v] */
     float *rl;                 /* [B][n_expert] */
     float *sg;                 /* [B] */
-    int32_t *ids;              /* [n_layer][B][k]: each layer's routing kept for the pass */
-    float *wts;                /* [B][k] */
+    int32_t *ids;              /* [n_layer][S][k]: each layer's routing kept for the pass (layer_ids) */
+    float *wts;                /* view: [B][k] at token sub0 of span_wts */
     float *h;                  /* [B][k+1][h_stride], then its int8 copy (tdm_gpu_moe_h_bytes) */
     float *logits;             /* [LOGIT_ROWS][n_vocab] */
     void *mm_scratch;
@@ -85,9 +91,9 @@ struct tdm_forward_gpu {
     size_t attn_bytes;
 
     /* host */
-    float *hx;                 /* pinned [B][n_embd] embeddings */
-    int32_t *hpos;             /* pinned [B] positions */
-    int32_t *pos;              /* device [B] positions of the batch (RoPE) */
+    float *hx;                 /* pinned [S][n_embd] embeddings */
+    int32_t *hpos;             /* pinned [S] positions */
+    int32_t *pos;              /* view: [B] at token sub0 of span_pos */
     int32_t *hids;             /* [B][k] (route hook) */
     float *hwts;               /* [B][k] */
     tdm_forward_route_fn hook;
@@ -105,7 +111,7 @@ struct tdm_forward_gpu {
     uint32_t *hstate;          /* device [TDM_GPU_HANDOFF_WORDS] */
     uint32_t hstate_host[TDM_GPU_HANDOFF_WORDS];
     tdm_gpu_handoff ho;
-    int32_t *pass_ids;         /* host [n_layer][B][k] routing of the last batch */
+    int32_t *pass_ids;         /* host [n_layer][S][k] routing of the last batch or span */
     /* the direct share: decode launches read the first `quota` misses of a
      * layer from the model's expert memory, registered with the device
      * (zero-copy); the pool computes the rest (executor.h params.direct) */
@@ -142,7 +148,9 @@ struct tdm_forward_gpu {
      * reads it directly (one DMA per matrix per run of consecutive experts);
      * otherwise the pool copies the chunk from the mapping into page-locked
      * staging st_host[c & 1] and the copy stream sends that. The pool
-     * computes nothing for such a batch. */
+     * computes nothing for such a batch. A prompt of more than B tokens
+     * streams in spans of up to S tokens (TDM_STREAM_SPAN batches) that run
+     * layer by layer (span_layers): each chunk serves every batch of the span. */
     int32_t stream_min;        /* 0: never */
     int32_t st_chunk;          /* experts per chunk */
     int32_t st_per_layer;      /* chunks per layer at most */
@@ -422,10 +430,24 @@ static void size_dims(tdm_forward_gpu *f)
     f->mm_bytes = tdm_gpu_matmul_scratch_bytes(MM_CHUNK_ROWS, kin, f->B);
 }
 
+/* Points x, xn, pos, wts (and layer_ids) at the batch starting at token t0
+ * of the span; span_view(f, 0) is the state between passes (the decode graph
+ * records these pointers). */
+static void span_view(tdm_forward_gpu *f, int32_t t0)
+{
+    const size_t d = (size_t)f->hp->n_embd, k = (size_t)(f->hp->n_expert_used > 0 ? f->hp->n_expert_used : 1);
+    f->sub0 = t0;
+    f->x = f->span_x + (size_t)t0 * d;
+    f->xn = f->span_xn + (size_t)t0 * d;
+    f->pos = f->span_pos + t0;
+    f->wts = f->span_wts + (size_t)t0 * k;
+}
+
 static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
 {
     const tdm_hparams *hp = f->hp;
-    const size_t B = (size_t)f->B, d = (size_t)hp->n_embd, k = (size_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 1);
+    const size_t B = (size_t)f->B, S = (size_t)f->S, d = (size_t)hp->n_embd,
+                 k = (size_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 1);
     const size_t W = (size_t)f->wide, Hv = (size_t)(hp->ssm_n_v_heads > 0 ? hp->ssm_n_v_heads : 1);
     const size_t kv = (size_t)hp->n_attn_layers * (size_t)f->n_ctx * (size_t)f->kv_dim * 2;
     f->conv_floats = (size_t)hp->n_rec_layers * (size_t)(hp->ssm_conv_kernel > 0 ? hp->ssm_conv_kernel - 1 : 0) *
@@ -434,17 +456,17 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
     tdm_status st = TDM_OK;
 #define DA(ptr, bytes) if (!st) st = dalloc(f, (bytes), &f->ptr, err)
     DA(kc, kv); DA(vc, kv); DA(rec, f->rec_floats * sizeof(float));
-    DA(x, B * d * 4); DA(xn, B * d * 4); DA(tmp, B * d * 4);
+    DA(span_x, S * d * 4); DA(span_xn, S * d * 4); DA(tmp, B * d * 4);
     DA(p1, B * W * 4); DA(p2, B * W * 4); DA(p3, B * W * 4);
     DA(q, B * W * 4); DA(gate, B * W * 4); DA(ao, B * W * 4);
     DA(beta, B * Hv * 4); DA(alpha, B * Hv * 4);
     DA(rl, B * (size_t)max64(hp->n_expert, 1) * 4); DA(sg, B * 4);
-    DA(ids, (size_t)hp->n_layer * B * k * 4); DA(wts, B * k * 4);
+    DA(ids, (size_t)hp->n_layer * S * k * 4); DA(span_wts, S * k * 4);
     DA(h, tdm_gpu_moe_h_bytes(f->h_stride, (int64_t)(B * (k + 1))));
     DA(logits, (size_t)LOGIT_ROWS * hp->n_vocab * 4);
     DA(mm_scratch, f->mm_bytes);
     DA(identity, (size_t)max64(hp->n_expert, 1) * 4);
-    DA(zeros, B * 4); DA(ones, B * 4); DA(pos, B * 4);
+    DA(zeros, B * 4); DA(ones, B * 4); DA(span_pos, S * 4);
     f->attn_bytes = hp->n_attn_layers ? tdm_gpu_attention_scratch_bytes(f->g, hp->n_head, hp->head_dim, f->n_ctx) : 0;
     if (f->attn_bytes)
         DA(attn_scratch, f->attn_bytes);
@@ -454,11 +476,12 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
     }
 #undef DA
     if (!st)
-        st = tdm_gpu_alloc_host(f->g, B * d * sizeof(float), (void **)&f->hx, err);
+        st = tdm_gpu_alloc_host(f->g, S * d * sizeof(float), (void **)&f->hx, err);
     if (!st)
-        st = tdm_gpu_alloc_host(f->g, B * sizeof(int32_t), (void **)&f->hpos, err);
+        st = tdm_gpu_alloc_host(f->g, S * sizeof(int32_t), (void **)&f->hpos, err);
     if (st)
         return st;
+    span_view(f, 0);
     int32_t *id = malloc((size_t)max64(hp->n_expert, 1) * sizeof(int32_t));
     f->hids = malloc(B * k * sizeof(int32_t));
     f->hwts = malloc(B * k * sizeof(float));
@@ -720,8 +743,17 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
         f->pf.quota = f->ho.quota;
         f->pf.hints = f->hstate + TDM_GPU_HANDOFF_HINTS;
     }
-    f->pass_ids = malloc(cells > 0 ? (size_t)hp->n_layer * f->B * hp->n_expert_used * sizeof(int32_t) : 1);
+    f->pass_ids = malloc(cells > 0 ? (size_t)hp->n_layer * f->S * hp->n_expert_used * sizeof(int32_t) : 1);
     return f->pass_ids ? TDM_OK : tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: routing buffer");
+}
+
+/* The smallest batch that streams (0: none) for executor parameters xp. */
+static int32_t stream_min_of(const tdm_forward_gpu *f, const tdm_executor_params *xp)
+{
+    int32_t m = xp->stream_min == 0 ? TDM_STREAM_MIN_DEFAULT : xp->stream_min < 0 ? 0 : xp->stream_min;
+    if (m == 1)
+        m = 2; /* one-token steps are the decode graph's */
+    return f->B < m || !tdm_expert_cache_slot_bytes_for(f->m) ? 0 : m;
 }
 
 /* Prompt streaming's buffers (before start_hybrid, so the arena gets what is
@@ -731,18 +763,14 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
 static tdm_status alloc_stream(tdm_forward_gpu *f, const tdm_executor_params *xp, tdm_error *err)
 {
     const tdm_hparams *hp = f->hp;
-    const size_t slot = tdm_expert_cache_slot_bytes_for(f->m);
-    f->stream_min = xp->stream_min == 0 ? TDM_STREAM_MIN_DEFAULT : xp->stream_min < 0 ? 0 : xp->stream_min;
-    if (f->stream_min < 2)
-        f->stream_min = f->stream_min ? 2 : 0; /* one-token steps are the decode graph's */
-    if (f->B < f->stream_min || !slot)
-        f->stream_min = 0;
+    f->stream_min = stream_min_of(f, xp);
     if (!f->stream_min)
         return TDM_OK;
     const int32_t E = hp->n_expert;
     f->st_chunk = E < TDM_STREAM_CHUNK ? E : TDM_STREAM_CHUNK;
     f->st_per_layer = (E + f->st_chunk - 1) / f->st_chunk;
-    const size_t chunks = (size_t)hp->n_layer * (size_t)f->st_per_layer, bytes = (size_t)f->st_chunk * slot;
+    const size_t chunks = (size_t)hp->n_layer * (size_t)f->st_per_layer,
+                 bytes = (size_t)f->st_chunk * tdm_expert_cache_slot_bytes_for(f->m);
     for (int b = 0; b < 2; b++)
         TRY(dalloc(f, bytes, &f->st_dev[b], err));
     TRY(dalloc(f, chunks * (size_t)E * sizeof(int32_t), &f->st_map, err));
@@ -801,6 +829,7 @@ static tdm_status create(const tdm_model *m, int device, int32_t n_ctx, int32_t 
     f->hp = hp;
     f->n_ctx = n_ctx;
     f->B = max_batch < n_ctx ? max_batch : n_ctx;
+    f->S = xp && stream_min_of(f, xp) ? tdm_stream_span(f->B, n_ctx) : f->B;
     f->mm_min = TDM_GPU_MATVEC_MAX_TOK; /* longer batches of quantised weights: the GEMM */
     f->graphs = true;
     f->hybrid = xp != NULL;
@@ -990,7 +1019,7 @@ static tdm_status deltanet_layer(tdm_forward_gpu *f, const tdm_layer *L, const g
 
 static int32_t *layer_ids(const tdm_forward_gpu *f, int32_t il)
 {
-    return f->ids + (size_t)il * f->B * (size_t)(f->hp->n_expert_used > 0 ? f->hp->n_expert_used : 1);
+    return f->ids + ((size_t)il * f->S + f->sub0) * (size_t)(f->hp->n_expert_used > 0 ? f->hp->n_expert_used : 1);
 }
 
 static tdm_status route_hook(tdm_forward_gpu *f, int32_t il, int32_t n, int32_t pos0, int32_t k, tdm_error *err)
@@ -1126,10 +1155,10 @@ static tdm_status moe_run(tdm_forward_gpu *f, const tdm_gpu_moe_layer *moe, cons
     return tdm_gpu_moe_down(f->g, moe, f->h, ids, wts, n, k, NULL, f->x, true, err);
 }
 
-/* A streaming batch, after layer il's hits: its chunks in turn, each once it
- * has landed, the next one sent meanwhile. */
-static tdm_status stream_layer(tdm_forward_gpu *f, const glayer *gl, int32_t il, const int32_t *ids, const float *wts,
-                               int32_t n, tdm_error *err)
+/* A streaming span of n tokens, after layer il's hits in every batch: its
+ * chunks in turn, each once it has landed (the next one sent meanwhile),
+ * computed for every batch of the span. Leaves the views at the last batch. */
+static tdm_status stream_layer(tdm_forward_gpu *f, const glayer *gl, int32_t il, int32_t n, tdm_error *err)
 {
     const int32_t E = f->hp->n_expert;
     while (f->st_next < f->st_total && f->st_layer[f->st_next] == il) {
@@ -1144,7 +1173,10 @@ static tdm_status stream_layer(tdm_forward_gpu *f, const glayer *gl, int32_t il,
         moe.table = &t;
         moe.layer = 0;
         moe.shared = NULL;
-        TRY(moe_run(f, &moe, ids, wts, n, gl->k, err));
+        for (int32_t t0 = 0; t0 < n; t0 += f->B) {
+            span_view(f, t0);
+            TRY(moe_run(f, &moe, layer_ids(f, il), f->wts, n - t0 < f->B ? n - t0 : f->B, gl->k, err));
+        }
     }
     return TDM_OK;
 }
@@ -1248,10 +1280,7 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
             moe.direct = NULL;
         }
     }
-    TRY(moe_run(f, &moe, ids, wts, n, k, err));
-    if (f->ex && L->ffn == TDM_FFN_MOE && f->streaming)
-        return stream_layer(f, gl, il, ids, wts, n, err);
-    return TDM_OK; /* a hand-off's merge follows in layers() */
+    return moe_run(f, &moe, ids, wts, n, k, err); /* a hand-off's merge or the stream follows */
 }
 
 /* ---- driver ---- */
@@ -1368,6 +1397,33 @@ static tdm_status layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error 
     return staged >= 0 ? tdm_gpu_prefetch_stage(f->g, &f->pf, -1, staged, NULL, 0, err) : TDM_OK;
 }
 
+/* A streaming span of n tokens (pos0 on): layer by layer, each layer's
+ * attention or DeltaNet and hits for every batch of B tokens in turn (the
+ * recurrent state and the KV cache see the tokens in order), then its
+ * streamed chunks for all of them (stream_layer). */
+static tdm_status span_layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error *err)
+{
+    tdm_status st = TDM_OK;
+    for (int32_t il = 0; il < f->hp->n_layer && !st; il++) {
+        const tdm_layer *L = tdm_model_layer(f->m, il);
+        const glayer *gl = &f->L[il];
+        for (int32_t t0 = 0; t0 < n && !st; t0 += f->B) {
+            const int32_t nb = n - t0 < f->B ? n - t0 : f->B;
+            span_view(f, t0);
+            st = L->kind == TDM_LAYER_ATTN ? attention_layer(f, L, gl, nb, pos0 + t0, err)
+                                           : deltanet_layer(f, L, gl, nb, err);
+            if (!st)
+                st = ffn_layer(f, L, gl, il, nb, pos0 + t0, false, -1, err);
+        }
+        if (!st && L->ffn == TDM_FFN_MOE)
+            st = stream_layer(f, gl, il, n, err);
+        if (st)
+            tdm_error_wrap(err, "layer %d", il);
+    }
+    span_view(f, 0);
+    return st;
+}
+
 /* Hybrid, before a step: slot copies that have landed are published and the
  * device mirror of the residency follows; the pool is woken to spin. */
 static tdm_status hybrid_begin(tdm_forward_gpu *f, tdm_error *err)
@@ -1386,9 +1442,9 @@ static tdm_status hybrid_begin(tdm_forward_gpu *f, tdm_error *err)
     return tdm_gpu_mark(f->g, 0, err);
 }
 
-/* Hybrid, after a step of n tokens (synchronises): its routing and the
- * hand-off counters go to the executor (statistics, cache policy, the
- * direct share; direct: the step's launches read it). */
+/* Hybrid, after a step of n tokens (a span: batch by batch; synchronises):
+ * its routing and the hand-off counters go to the executor (statistics,
+ * cache policy, the direct share; direct: the step's launches read it). */
 static tdm_status hybrid_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_error *err)
 {
     if (!f->ex)
@@ -1397,7 +1453,7 @@ static tdm_status hybrid_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_err
     uint32_t hs[TDM_GPU_HANDOFF_WORDS];
     float ms = 0.0f;
     TRY(tdm_gpu_mark(f->g, 1, err));
-    TRY(tdm_gpu_download_rows(f->g, f->pass_ids, row, f->ids, (size_t)f->B * k * sizeof(int32_t), row,
+    TRY(tdm_gpu_download_rows(f->g, f->pass_ids, row, f->ids, (size_t)f->S * k * sizeof(int32_t), row,
                               (size_t)f->hp->n_layer, err));
     TRY(tdm_gpu_download(f->g, hs, f->hstate, sizeof hs, err));
     TRY(tdm_gpu_elapsed_ms(f->g, 0, 1, &ms, err));
@@ -1414,8 +1470,11 @@ static tdm_status hybrid_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_err
     const bool staged = f->pf.n && n == 1 && direct;
     if (staged)
         TRY(tdm_gpu_download(f->g, f->stage_host, f->pf.stage, stage_bytes(f), err));
-    return tdm_executor_gpu_end(f->ex, f->pass_ids, (size_t)n * k, n, ms, (double)(wait - prev) * 1e-6,
-                                direct ? f->quota_host : -1, staged ? f->stage_host : NULL, f->pf.n, err);
+    for (int32_t t0 = 0; t0 < n; t0 += f->B) /* the step's times go with its first batch */
+        TRY(tdm_executor_gpu_end(f->ex, f->pass_ids + (size_t)t0 * k, (size_t)n * k, n - t0 < f->B ? n - t0 : f->B,
+                                 t0 ? 0.0 : ms, t0 ? 0.0 : (double)(wait - prev) * 1e-6, direct ? f->quota_host : -1,
+                                 staged ? f->stage_host : NULL, f->pf.n, err));
+    return TDM_OK;
 }
 
 static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
@@ -1426,7 +1485,7 @@ static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t 
     f->streaming = f->ex && f->stream_min && n >= f->stream_min;
     tdm_status st = f->streaming ? stream_plan(f, err) : TDM_OK;
     if (!st)
-        st = layers(f, n, pos0, err);
+        st = f->streaming ? span_layers(f, n, pos0, err) : layers(f, n, pos0, err);
     if (!st)
         st = logits ? head(f, n, logits, all, err) : tdm_gpu_sync(f->g, err);
     if (f->streaming && f->st_total) {
@@ -1438,8 +1497,8 @@ static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t 
         const tdm_status su = tdm_gpu_upload(f->g, f->hstate + TDM_GPU_HANDOFF_SEQ, &seq, sizeof seq, st ? &e2 : err);
         st = st ? st : su;
     }
-    if (!st && f->streaming)
-        tdm_executor_gpu_streamed(f->ex, f->st_moe_layers, f->st_bytes);
+    if (!st && f->streaming) /* layer calls as the executor counts them: per batch of the span */
+        tdm_executor_gpu_streamed(f->ex, (int64_t)f->st_moe_layers * ((n + f->B - 1) / f->B), f->st_bytes);
     const bool direct = direct_batch(f, n);
     f->streaming = false;
     return st ? st : hybrid_end(f, n, direct, err);
@@ -1492,8 +1551,10 @@ tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32
         if (decode_graph(f, pos0, logits, &st, err))
             return st ? st : hybrid_end(f, 1, direct_batch(f, 1), err);
     }
-    for (int32_t b0 = 0; b0 < n; b0 += f->B) {
-        const int32_t nb = n - b0 < f->B ? n - b0 : f->B;
+    for (int32_t b0 = 0, nb; b0 < n; b0 += nb) {
+        /* a streaming prompt: spans of up to S tokens; otherwise batches of B */
+        const int32_t left = n - b0, cap = f->ex && f->stream_min && left >= f->stream_min ? f->S : f->B;
+        nb = left < cap ? left : cap;
         const bool last = b0 + nb == n;
         float *dst = !logits ? NULL : logits_all ? logits + (size_t)b0 * hp->n_vocab : last ? logits : NULL;
         TRY(eval_batch(f, tokens + b0, nb, pos0 + b0, dst, logits_all, err));

@@ -80,7 +80,9 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f);
  * layer in chunks of TDM_STREAM_CHUNK experts (two chunk buffers in VRAM,
  * counted by the ledger; chunk c + 1 travels while chunk c computes), and the
  * GPU computes the batch's misses there: a batch's CPU work per miss grows
- * with its tokens, the copy does not. Decode steps always use the pool,
+ * with its tokens, the copy does not. A longer prompt streams in spans of up
+ * to tdm_stream_span(max_batch, n_ctx) tokens run layer by layer, so each
+ * missing expert crosses PCIe once per span. Decode steps always use the pool,
  * but for the direct share (xp->direct, docs/EXECUTOR.md): the first misses
  * of each layer the fused launches read themselves from the experts in host
  * memory, registered with the device at creation; only tdm_model_copy_experts'

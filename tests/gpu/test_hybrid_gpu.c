@@ -39,7 +39,10 @@
  *    steps still use the pool): the same bounds, the prompt's layer calls
  *    counted as streamed instead of pool jobs, bytes sent > 0; with the
  *    experts' copy registered (direct share or prefetch on) the copy stream
- *    reads it directly and the pool copies nothing, else the pool copies.
+ *    reads it directly and the pool copies nothing, else the pool copies;
+ *  - a prompt longer than max_batch streams in spans (tdm_stream_span) that
+ *    run layer by layer: the same bounds, and each span sends every missing
+ *    expert exactly once (bytes = spans x missing experts x slot bytes).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,6 +53,7 @@
 
 #include "../unit/model_fixtures.h"
 #include "gpu_model_util.h"
+#include "expert_cache.h"
 #include "forward.h"
 #include "forward_gpu.h"
 #include "gpu.h"
@@ -68,7 +72,28 @@ typedef struct hyb_case {
     int32_t stream_min; /* -1: never; 2: the prompt batch streams */
     int32_t direct;     /* the direct share (executor.h): 0 off, N, -1 adapted */
     int32_t prefetch;   /* decode prefetch slots (executor.h): 0 off */
+    int32_t max_batch;  /* 0: 512 */
 } hyb_case;
+
+static int32_t batch_of(const hyb_case *hc) { return hc->max_batch ? hc->max_batch : 512; }
+
+/* Streamed spans of an np-token prompt, as tdm_forward_gpu_eval cuts it,
+ * and their batches of max_batch tokens (*batches). */
+static int32_t streamed_spans(const hyb_case *hc, int np, int n_ctx, int32_t *batches)
+{
+    const int32_t B = batch_of(hc) < n_ctx ? batch_of(hc) : n_ctx, S = tdm_stream_span(B, n_ctx);
+    int32_t spans = 0;
+    *batches = 0;
+    for (int32_t b0 = 0, nb; b0 < np; b0 += nb) {
+        const int32_t left = np - b0;
+        const bool streams = hc->stream_min > 0 && left >= hc->stream_min;
+        const int32_t cap = streams ? S : B;
+        nb = left < cap ? left : cap;
+        spans += streams;
+        *batches += streams ? (nb + B - 1) / B : 0;
+    }
+    return spans;
+}
 
 static int32_t moe_layers(const tdm_model *m)
 {
@@ -108,7 +133,7 @@ static tdm_forward_gpu *open_hybrid(const tdm_model *m, int n_ctx, const hyb_cas
     xp.prefetch = hc->prefetch;
     tdm_forward_gpu *f = NULL;
     tdm_error err = {0};
-    tdm_status st = tdm_forward_gpu_new_hybrid(m, 0, n_ctx, 512, &xp, &f, &err);
+    tdm_status st = tdm_forward_gpu_new_hybrid(m, 0, n_ctx, batch_of(hc), &xp, &f, &err);
     if (st)
         fprintf(stderr, "forward_gpu_new_hybrid: %s\n", err.msg);
     assert_int_equal(st, TDM_OK);
@@ -199,9 +224,12 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
         assert_int_equal(s.direct, 0);
     else if (hc->direct > 0 && s.misses > 0)
         assert_true(s.direct > 0 && s.direct_quota == hc->direct);
-    if (hc->stream_min > 0) { /* the prompt batch streamed; nothing to send when every expert has a slot */
-        assert_int_equal(s.streamed_layers, moe_layers(m));
-        assert_true((s.stream_bytes > 0) == (s.n_slots < moe_layers(m) * hp->n_expert));
+    if (hc->stream_min > 0) { /* the prompt streamed, each span sending every missing expert once */
+        int32_t batches;
+        const int64_t spans = streamed_spans(hc, np, n + 1, &batches);
+        assert_int_equal(s.streamed_layers, (int64_t)batches * moe_layers(m));
+        assert_int_equal(s.stream_bytes, (uint64_t)spans * ((uint64_t)moe_layers(m) * hp->n_expert - s.n_slots) *
+                                             tdm_expert_cache_slot_bytes_for(m));
         /* with the registered copy (the share's or the prefetch's) the DMA reads it: the pool copies nothing */
         const bool registered = hc->direct != 0 || hc->prefetch != 0;
         assert_true((ps.copies > 0) == (s.stream_bytes > 0 && !registered));
@@ -587,7 +615,7 @@ static void micro(const char *name)
                               {HALF, 2, TDM_CACHE_LRU, 0, -1}, {0, 2, -1, 0, 2}, {HALF, 1, -1, 0, 2},
                               {HALF, 1, -1, 0, -1, 2}, {0, 1, -1, 0, -1, 1000}, {HALF, 1, -1, 0, -1, -1},
                               {HALF, 1, -1, 0, -1, 0, 3}, {HALF, 2, -1, 0, -1, 2, 2}, {HALF, 1, -1, 0, 2, 2},
-                              {0, 2, -1, 0, 2, 0, 2}};
+                              {0, 2, -1, 0, 2, 0, 2}, {HALF, 1, -1, 0, 2, 0, 0, 3}, {0, 2, -1, 0, 2, 0, 2, 4}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(name, mc.m, tok, np, n, &b, &cases[i], true, NULL);
     free_baseline(&b);
@@ -631,7 +659,7 @@ static void test_small_q4km(void **state)
     const hyb_case cases[] = {{FULL, 2, -1, 0, -1}, {0, 2, -1, 0, -1}, {HALF, 2, -1, 0, -1}, {0, 2, -1, 0, 2},
                               {HALF, 2, -1, 0, 2}, {FULL, 2, -1, 0, 2}, {HALF, 2, -1, 0, -1, 2},
                               {0, 2, -1, 0, -1, -1}, {HALF, 2, -1, 0, -1, 0, 4}, {HALF, 2, -1, 0, -1, -1, 2},
-                              {HALF, 2, -1, 0, 2, -1}};
+                              {HALF, 2, -1, 0, 2, -1}, {HALF, 2, -1, 0, 2, 0, 0, 9}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case("small", m, tok, np, n, &b, &cases[i], false, NULL);
     free_baseline(&b);
@@ -664,7 +692,8 @@ static void test_demo(void **state)
                               {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1, -1},
                               {HALF, 0, -1, 0, -1, 0, 2},
                               {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1, -1, 2},
-                              {HALF, 0, -1, 0, 2, 0, 2}};
+                              {HALF, 0, -1, 0, 2, 0, 2},
+                              {HALF, 0, -1, 0, 2, 0, 0, 3}};
     int done = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(pg, "cases"))
