@@ -65,7 +65,8 @@ typedef struct cli_gen_opts {
     "  --profile-save F  write the routing seen in this run (added to --profile's) as a profile\n" \
     "  --stream-min N    GPU prompt batches of >= N tokens (default 64; 0: never) send the experts\n" \
     "                    the cache lacks to the GPU in chunks and compute them there, instead of\n" \
-    "                    the CPU pool computing every miss of the batch\n" \
+    "                    the CPU pool computing every miss of the batch; a longer prompt runs\n" \
+    "                    in spans of up to 8 batches layer by layer (each expert sent once)\n" \
     "  --zero-copy N     hybrid decode: the GPU itself reads up to N missed experts per layer from\n" \
     "                    host memory over PCIe (the pool computes the others); auto (default)\n" \
     "                    tunes N on the measured step time every 4 tokens; 0: off; needs the\n" \
