@@ -283,6 +283,16 @@ static void test_ledger_inputs(void **state)
             assert_int_equal(in.deltanet_bytes, 0);
         assert_int_equal(in.max_slots, (int64_t)n_moe * hp->n_expert);
         assert_int_equal(in.slot_bytes, tdm_expert_cache_slot_bytes_for(m));
+        /* a streaming span (8 batches of 4 at n_ctx 100, n_ctx when shorter, never below a batch):
+         * its rows beyond max_batch are the only scratch that grows with n_ctx */
+        assert_int_equal(tdm_stream_span(4, 100), 32);
+        assert_int_equal(tdm_stream_span(4, 20), 20);
+        assert_int_equal(tdm_stream_span(4, 3), 4);
+        tdm_budget_inputs one;
+        assert_int_equal(tdm_budget_inputs_for(m, 4, 4, &one, &err), TDM_OK);
+        const uint64_t k = (uint64_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 1);
+        assert_int_equal(in.scratch_bytes - one.scratch_bytes,
+                         (uint64_t)(32 - 4) * 4u * (2u * (uint64_t)hp->n_embd + 1 + ((uint64_t)hp->n_layer + 1) * k));
         assert_int_equal(tdm_budget_inputs_for(m, 0, 4, &in, &err), TDM_ERR_INVALID);
         tdm_budget b;
         assert_int_equal(tdm_budget_plan(m, 100, 4, 1000, &b, &err), TDM_ERR_OOM);
