@@ -113,7 +113,7 @@ __device__ __forceinline__ bool moe_missing(const moe_args &a, int32_t e)
 /* The gate, up and down matrices of selection sel (= token * k + rank):
  * its slot's when resident; else the host copy when fewer than *quota
  * selections before it miss too (zero-copy, gpu.h); else NULL (the CPU's). */
-__device__ const uint8_t *expert_mats(const moe_args &a, const int32_t *ids, int sel, const uint8_t **up,
+__device__ __forceinline__ const uint8_t *expert_mats(const moe_args &a, const int32_t *ids, int sel, const uint8_t **up,
                                       const uint8_t **down)
 {
     const int32_t e = ids[sel];
@@ -189,23 +189,26 @@ __device__ __forceinline__ void moe_quantise_group(float v, int8_t *hq, uint2 *h
  * int8 activations, as one int8 group to h's int8 copy (GU_TILE = 32). */
 __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
     moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int32_t *__restrict__ ids,
-                       int k, int ntok, float *__restrict__ h, moe_hq_out hq, int chunk)
+                       int k, int ntok, float *__restrict__ h, moe_hq_out hq)
 {
     extern __shared__ __align__(128) int4 moe_smem[]; /* q [pitch] int8, s [pitch / 32] */
     __shared__ float hv[GU_TILE];
-    int pitch = moe_pitch(chunk);
+    const int chunk = a.chunk, nchunks = a.nchunks, last = a.last, pitch = moe_pitch(chunk);
     int8_t *xq8 = (int8_t *)moe_smem;
     uint2 *xs = (uint2 *)(xq8 + pitch);
     tdm_xq xq = {xq8, xs, pitch};
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sel = blockIdx.y, t, rank;
+    /* everything that depends on the arguments alone, ahead of the wait */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sel = blockIdx.y;
     const bool routed = sel < ntok * k;
+    const int t = routed ? sel / k : sel - ntok * k, rank = routed ? sel - t * k : k;
     const int n_ff = routed ? a.n_ff : a.sh_n_ff, tile0 = blockIdx.x * GU_TILE;
     const int64_t grb = routed ? a.gate_row_bytes : a.sh_gate_row_bytes;
     const int64_t urb = routed ? a.up_row_bytes : a.sh_up_row_bytes;
     const int live_rows = n_ff - tile0 < GU_TILE ? n_ff - tile0 : GU_TILE;
+    const int gtype = routed ? a.gate_type : a.sh_gate_type, utype = routed ? a.up_type : a.sh_up_type;
+    const moe_chunk_geom gg = routed ? a.gate_g : a.sh_gate_g, ug = routed ? a.up_g : a.sh_up_g;
     const uint8_t *gw = a.sh_gate, *uw = a.sh_up;
-    int gtype = a.sh_gate_type, utype = a.sh_up_type;
-    if (!routed && live_rows > 0) { /* the shared expert's rows: weights only, ahead of the wait */
+    if (!routed && live_rows > 0) { /* the shared expert's rows: weights only */
         tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
         tdm_prefetch_l2(uw + tile0 * urb, live_rows * urb);
     }
@@ -213,28 +216,15 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
     if (live_rows <= 0)
         return; /* the narrower of routed and shared n_ff */
     if (routed) {
-        t = sel / k;
-        rank = sel % k;
         const uint8_t *dw;
         gw = expert_mats(a, ids, sel, &uw, &dw);
         if (!gw)
             return; /* the CPU computes it (uniform over the block) */
-        gtype = a.gate_type;
-        utype = a.up_type;
         tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
         tdm_prefetch_l2(uw + tile0 * urb, live_rows * urb);
-    } else {
-        t = sel - ntok * k;
-        rank = k;
     }
     const float *xt = x + (int64_t)t * a.n_embd;
     const int64_t hrow = (int64_t)t * (k + a.has_shared) + rank;
-    /* chunk geometry, divided out once: bytes of a whole chunk of a row and
-     * units of a whole and of the last chunk */
-    const tdm_geom gg = tdm_geom_rt(gtype), ug = tdm_geom_rt(utype);
-    const int nchunks = (a.n_embd + chunk - 1) / chunk, last = a.n_embd - (nchunks - 1) * chunk;
-    const int gcb = chunk / gg.blk * gg.bytes, ucb = chunk / ug.blk * ug.bytes;
-    const int gfull = chunk / gg.unit, glast = last / gg.unit, ufull = chunk / ug.unit, ulast = last / ug.unit;
     for (int p = 0; p < GU_TILE / GU_WARPS; p++) {
         int r = p * GU_WARPS + warp, row = tile0 + r;
         bool live = row < n_ff;
@@ -247,15 +237,15 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
                 tdm_xq_fill(xq8, xs, pitch, xt, 0, 1, k0, (end ? last : chunk) & ~31);
                 __syncthreads();
             }
-            const uint8_t *gr = gw + row * grb + (int64_t)c * gcb, *ur = uw + row * urb + (int64_t)c * ucb;
+            const uint8_t *gr = gw + row * grb + (int64_t)c * gg.bytes, *ur = uw + row * urb + (int64_t)c * ug.bytes;
             if (live && gtype == utype) { /* both rows' loads in flight at once */
                 float acc[2] = {0.0f, 0.0f};
-                tdm_rows_part_rt<2>(gtype, gr, ur - gr, lane, end ? glast : gfull, 32, xq, xt + k0, acc);
+                tdm_rows_part_rt<2>(gtype, gr, ur - gr, lane, end ? gg.last : gg.full, 32, xq, xt + k0, acc);
                 gs += acc[0];
                 us += acc[1];
             } else if (live) {
-                tdm_rows_part_rt<1>(gtype, gr, 0, lane, end ? glast : gfull, 32, xq, xt + k0, &gs);
-                tdm_rows_part_rt<1>(utype, ur, 0, lane, end ? ulast : ufull, 32, xq, xt + k0, &us);
+                tdm_rows_part_rt<1>(gtype, gr, 0, lane, end ? gg.last : gg.full, 32, xq, xt + k0, &gs);
+                tdm_rows_part_rt<1>(utype, ur, 0, lane, end ? ug.last : ug.full, 32, xq, xt + k0, &us);
             }
         }
         gs = tdm_warp_sum(gs);
@@ -274,22 +264,31 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
                            tile0 / 32);
 }
 
-/* Items it = sub, sub + nsub, ... < n_items of one output row: rank
- * r0 + it / nu, unit it % nu; rank r's weight row is base[r] + off (NULL:
- * not resident) against its activations (int8 row r of xq, float hf + r *
- * h_stride). Adds wt[r] * partial dot to *acc. One type: the switch
- * stays outside the loop. */
-template <int T>
-__device__ __forceinline__ void down_items(const uint8_t *const *base, const float *wt, int64_t off,
-                                           int r0, int nu, int n_items, int sub, int nsub,
-                                           const tdm_xq &xq, const float *hf, int64_t h_stride,
-                                           float *acc)
+/* A lane's walk over the (rank, unit) items it = sub, sub + nsub, ... <
+ * n_items of one output row: item it is rank r0 + it / nu, unit it % nu.
+ * Worked out once per kernel, ahead of the PDL wait. */
+struct moe_walk {
+    int r, u, nu, dr, du, n_items, sub, nsub;
+};
+
+__device__ __forceinline__ moe_walk moe_walk_of(int r0, int nu, int n_items, int sub, int nsub)
 {
-    const int dr = nsub / nu, du = nsub - dr * nu; /* one step in (rank, unit) */
-    int r = r0 + sub / nu, u = sub - (sub / nu) * nu;
-    for (int it = sub; it < n_items; it += nsub, r += dr, u += du) {
-        if (u >= nu) {
-            u -= nu;
+    const int q = sub / nu, dq = nsub / nu;
+    return {r0 + q, sub - q * nu, nu, dq, nsub - dq * nu, n_items, sub, nsub};
+}
+
+/* The items of walk w: rank r's weight row is base[r] + off (NULL: not
+ * resident) against its activations (int8 row r of xq, float hf + r *
+ * h_stride). Adds wt[r] * partial dot to *acc. One type: the switch stays
+ * outside the loop. */
+template <int T>
+__device__ __forceinline__ void down_items(const uint8_t *const *base, const float *wt, int64_t off, moe_walk w,
+                                           const tdm_xq &xq, const float *hf, int64_t h_stride, float *acc)
+{
+    int r = w.r, u = w.u;
+    for (int it = w.sub; it < w.n_items; it += w.nsub, r += w.dr, u += w.du) {
+        if (u >= w.nu) {
+            u -= w.nu;
             r++;
         }
         const uint8_t *b = base[r];
@@ -315,10 +314,15 @@ __global__ void __launch_bounds__(DN_WARPS * 32, DN_BLOCKS_PER_SM)
 {
     __shared__ const uint8_t *base[MOE_MAX_K + 1];
     __shared__ float wt[MOE_MAX_K + 1];
-    int nsel = k + a.has_shared, t = blockIdx.y;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tile0 = blockIdx.x * tile;
-    int live_rows = a.n_embd - tile0 < tile ? a.n_embd - tile0 : tile;
-    if (a.has_shared) /* weights only, ahead of the wait */
+    /* everything that depends on the arguments alone, ahead of the wait */
+    const int nsel = k + a.has_shared, t = blockIdx.y;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tile0 = blockIdx.x * tile;
+    const int live_rows = a.n_embd - tile0 < tile ? a.n_embd - tile0 : tile;
+    const float *ht = h + (int64_t)t * nsel * a.h_stride;
+    const tdm_xq xt = {hq.q + (int64_t)t * nsel * hq.pitch, hq.s + (int64_t)t * nsel * (hq.pitch / 32), hq.pitch};
+    const moe_walk routed = moe_walk_of(0, a.down_units, k * a.down_units, lane, 32);
+    const moe_walk shared = a.has_shared ? moe_walk_of(k, a.sh_down_units, a.sh_down_units, lane, 32) : routed;
+    if (a.has_shared) /* weights only */
         tdm_prefetch_l2(a.sh_down + tile0 * a.sh_down_row_bytes, live_rows * a.sh_down_row_bytes);
     tdm_pdl_enter(); /* h, ids and the weights are the previous kernels' */
     for (int r = threadIdx.x; r < nsel; r += blockDim.x) {
@@ -337,20 +341,16 @@ __global__ void __launch_bounds__(DN_WARPS * 32, DN_BLOCKS_PER_SM)
     for (int r = 0; r < k; r++)
         if (base[r])
             tdm_prefetch_l2(base[r] + tile0 * a.down_row_bytes, live_rows * a.down_row_bytes);
-    tdm_geom dg = tdm_geom_rt(a.down_type), sg = tdm_geom_rt(a.sh_down_type);
-    const float *ht = h + (int64_t)t * nsel * a.h_stride;
-    const tdm_xq xt = {hq.q + (int64_t)t * nsel * hq.pitch, hq.s + (int64_t)t * nsel * (hq.pitch / 32), hq.pitch};
-    const int nr = a.n_ff / dg.unit, ns = a.sh_n_ff / sg.unit;
     for (int p = 0; p < tile / DN_WARPS; p++) {
         int row = tile0 + p * DN_WARPS + warp;
         if (row >= a.n_embd)
             break;
         float acc = 0.0f;
-        TDM_QT_DISPATCH(a.down_type, (down_items<QTYPE>(base, wt, row * a.down_row_bytes, 0, nr, k * nr, lane, 32,
-                                                         xt, ht, a.h_stride, &acc)));
+        TDM_QT_DISPATCH(a.down_type,
+                        (down_items<QTYPE>(base, wt, row * a.down_row_bytes, routed, xt, ht, a.h_stride, &acc)));
         if (a.has_shared)
-            TDM_QT_DISPATCH(a.sh_down_type, (down_items<QTYPE>(base, wt, row * a.sh_down_row_bytes, k, ns, ns, lane,
-                                                                32, xt, ht, a.h_stride, &acc)));
+            TDM_QT_DISPATCH(a.sh_down_type, (down_items<QTYPE>(base, wt, row * a.sh_down_row_bytes, shared, xt, ht,
+                                                                a.h_stride, &acc)));
         acc = tdm_warp_sum(acc);
         if (lane == 0) {
             int64_t i = (int64_t)t * a.n_embd + row;
@@ -398,6 +398,22 @@ static bool moe_i8(int t)
             return s_;                                                                       \
     } while (0)
 
+/* Activation chunk (elements) of a gate_up block: the whole x row when it
+ * fits MOE_XQ_ELEMS, else block multiples; padded to whole groups of 32. */
+static int moe_chunk(int64_t n)
+{
+    return (int)(n <= MOE_XQ_ELEMS ? (n + 31) / 32 * 32 : MOE_XQ_ELEMS);
+}
+
+/* A gate or up matrix of type t over a's chunks (type checked before). */
+static moe_chunk_geom moe_chunk_geom_of(int t, const moe_args *a)
+{
+    int blk = 1, bytes = 0;
+    tdm_gpu_qt_geometry((tdm_qtype)t, &blk, &bytes);
+    const int unit = tdm_gpu_qt_unit((tdm_qtype)t);
+    return {a->chunk / blk * bytes, a->chunk / unit, a->last / unit};
+}
+
 static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t k, moe_args *a,
                               tdm_error *err)
 {
@@ -429,6 +445,12 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
     a->n_ff = (int)L->n_ff;
     a->h_stride = tdm_gpu_moe_h_stride(L);
     a->down_i8 = moe_i8(L->down_type);
+    a->chunk = moe_chunk(a->n_embd);
+    a->nchunks = (a->n_embd + a->chunk - 1) / a->chunk;
+    a->last = a->n_embd - (a->nchunks - 1) * a->chunk;
+    a->gate_g = moe_chunk_geom_of(L->gate_type, a);
+    a->up_g = moe_chunk_geom_of(L->up_type, a);
+    a->down_units = a->n_ff / tdm_gpu_qt_unit(L->down_type);
     const tdm_gpu_shared_expert *sh = L->shared;
     if (sh) {
         TDM_REQUIRE(err, sh->gate && sh->up && sh->down, "gpu moe: shared expert weights NULL");
@@ -445,6 +467,9 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
         a->sh_n_ff = (int)sh->n_ff;
         a->sh_logit = sh->gate_logit;
         a->sh_down_i8 = moe_i8(sh->down_type);
+        a->sh_gate_g = moe_chunk_geom_of(sh->gate_type, a);
+        a->sh_up_g = moe_chunk_geom_of(sh->up_type, a);
+        a->sh_down_units = a->sh_n_ff / tdm_gpu_qt_unit(sh->down_type);
     }
     const tdm_gpu_direct_experts *dx = L->direct;
     if (dx) {
@@ -460,13 +485,6 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
     return TDM_OK;
 }
 
-/* Activation chunk (elements) of a gate_up block: the whole x row when it
- * fits MOE_XQ_ELEMS, else block multiples; padded to whole groups of 32. */
-static int moe_chunk(int64_t n)
-{
-    return (int)(n <= MOE_XQ_ELEMS ? (n + 31) / 32 * 32 : MOE_XQ_ELEMS);
-}
-
 /* Output rows per down block (tuning, else DN_TILE). */
 static int moe_tile_of(const tdm_gpu *g) { return g->tune.moe_tile ? g->tune.moe_tile : DN_TILE; }
 
@@ -479,12 +497,12 @@ extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L
     TDM_REQUIRE(err, x && ids && h, "gpu moe_gate_up: NULL argument");
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0 && ((uintptr_t)h & 255) == 0,
                 "gpu moe_gate_up: x must be 16-byte and h 256-byte aligned");
-    const int chunk = moe_chunk(a.n_embd), nsel = (int)(ntok * (k + a.has_shared));
+    const int nsel = (int)(ntok * (k + a.has_shared));
     dim3 grid(tdm_cdiv(a.h_stride, GU_TILE), (unsigned)nsel);
-    size_t smem = (size_t)moe_pitch(chunk) / 32 * (32 + sizeof(uint2));
+    size_t smem = (size_t)moe_pitch(a.chunk) / 32 * (32 + sizeof(uint2));
     const moe_hq_layout lay = moe_hq_of(nsel, a.h_stride);
     const moe_hq_out hq = {(int8_t *)h + lay.q_off, (uint2 *)((int8_t *)h + lay.s_off), lay.pitch};
-    TDM_LAUNCH(err, g, moe_gate_up_kernel, grid, GU_WARPS * 32, smem, a, x, ids, (int)k, (int)ntok, h, hq, chunk);
+    TDM_LAUNCH(err, g, moe_gate_up_kernel, grid, GU_WARPS * 32, smem, a, x, ids, (int)k, (int)ntok, h, hq);
     return TDM_OK;
 }
 

@@ -36,7 +36,14 @@
 
 static_assert(GU_TILE == 32 && GU_TILE % GU_WARPS == 0, "a gate_up block is one int8 group of h");
 
-/* What the kernels need of a tdm_gpu_moe_layer, flattened for the launch. */
+/* One gate or up matrix's share of a gate_up row chunk (moe_prepare): bytes
+ * of a whole chunk of a row, units of a whole and of the last chunk. */
+typedef struct moe_chunk_geom {
+    int bytes, full, last;
+} moe_chunk_geom;
+
+/* What the kernels need of a tdm_gpu_moe_layer, flattened for the launch,
+ * with every quotient the kernels need worked out on the host. */
 typedef struct moe_args {
     const int32_t *slot_of; /* this layer's row of the residency table */
     int32_t n_expert;
@@ -55,6 +62,10 @@ typedef struct moe_args {
     int64_t up_row_bytes;
     int64_t h_stride;
     int down_i8, sh_down_i8; /* the down weights take int8 h (gate_up writes its int8 copy) */
+    /* gate_up: x in nchunks chunks of `chunk` elements (the last: `last`) */
+    int chunk, nchunks, last;
+    moe_chunk_geom gate_g, up_g, sh_gate_g, sh_up_g;
+    int down_units, sh_down_units; /* units of a down row: n_ff / unit */
     /* misses read from host memory (tdm_gpu_direct_experts); dir_gate NULL: none */
     const uint8_t *dir_gate, *dir_up, *dir_down;
     int64_t dir_gate_stride, dir_up_stride, dir_down_stride;

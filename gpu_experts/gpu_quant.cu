@@ -82,6 +82,13 @@ bool tdm_gpu_qt_geometry(tdm_qtype t, int *blk, int *bytes)
     return ok;
 }
 
+int tdm_gpu_qt_unit(tdm_qtype t)
+{
+    int unit = 0;
+    TDM_QT_DISPATCH(t, (unit = QT<QTYPE>::UNIT));
+    return unit;
+}
+
 extern "C" bool tdm_gpu_type_supported(tdm_qtype t)
 {
     int blk, bytes;

@@ -847,23 +847,10 @@ TDM_HD void tdm_q8_rows_part(const uint8_t *row, int64_t row_bytes, int nrows, i
 
 /* ---- weight type known at run time (the fused MoE kernels) ---- */
 
-/* Geometry of a type known at run time: elements per unit on its path (8
- * plain, 32 * NG quantised), block elements and bytes. */
-struct tdm_geom {
-    int unit, blk, bytes;
-};
-
-template <int T> __device__ __forceinline__ void tdm_geom_of(tdm_geom *g)
-{
-    *g = {QT<T>::UNIT, QT<T>::BLK, QT<T>::BYTES};
-}
-
-__device__ __forceinline__ tdm_geom tdm_geom_rt(int type)
-{
-    tdm_geom g = {8, 8, 32};
-    TDM_QT_DISPATCH(type, (tdm_geom_of<QTYPE>(&g)));
-    return g;
-}
+/* Elements of one unit of type t on its path (8 plain, 32 * NG quantised),
+ * 0 when unsupported: the host works the fused MoE kernels' geometry out
+ * with it, so that they divide by nothing at run time. */
+int tdm_gpu_qt_unit(tdm_qtype t);
 
 /* Partial dots of R rows (row, row + delta, ...) over units ubeg, ubeg +
  * ustep, ... < uend of a chunk: quantised types against the chunk's int8
