@@ -187,6 +187,7 @@ __device__ __forceinline__ void moe_quantise_group(float v, int8_t *hq, uint2 *h
  * row of gate and up per pass, its lanes splitting the row's units; the
  * block's silu(g) * u go to h and, when that selection's down weights take
  * int8 activations, as one int8 group to h's int8 copy (GU_TILE = 32). */
+template <int T>
 __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
     moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int32_t *__restrict__ ids,
                        int k, int ntok, float *__restrict__ h, moe_hq_out hq)
@@ -238,14 +239,14 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
                 __syncthreads();
             }
             const uint8_t *gr = gw + row * grb + (int64_t)c * gg.bytes, *ur = uw + row * urb + (int64_t)c * ug.bytes;
-            if (live && gtype == utype) { /* both rows' loads in flight at once */
+            if (live && (T >= 0 || gtype == utype)) { /* both rows' loads in flight at once */
                 float acc[2] = {0.0f, 0.0f};
-                tdm_rows_part_rt<2>(gtype, gr, ur - gr, lane, end ? gg.last : gg.full, 32, xq, xt + k0, acc);
+                tdm_rows_part_of<T, 2>(gtype, gr, ur - gr, lane, end ? gg.last : gg.full, 32, xq, xt + k0, acc);
                 gs += acc[0];
                 us += acc[1];
             } else if (live) {
-                tdm_rows_part_rt<1>(gtype, gr, 0, lane, end ? gg.last : gg.full, 32, xq, xt + k0, &gs);
-                tdm_rows_part_rt<1>(utype, ur, 0, lane, end ? ug.last : ug.full, 32, xq, xt + k0, &us);
+                tdm_rows_part_of<T, 1>(gtype, gr, 0, lane, end ? gg.last : gg.full, 32, xq, xt + k0, &gs);
+                tdm_rows_part_of<T, 1>(utype, ur, 0, lane, end ? ug.last : ug.full, 32, xq, xt + k0, &us);
             }
         }
         gs = tdm_warp_sum(gs);
@@ -303,11 +304,25 @@ __device__ __forceinline__ void down_items(const uint8_t *const *base, const flo
     }
 }
 
+/* down_items for a type fixed when compiled (T >= 0) or known only at run
+ * time (T < 0: a warp-uniform switch on type, outside the item loop). */
+template <int T>
+__device__ __forceinline__ void down_items_of(int type, const uint8_t *const *base, const float *wt, int64_t off,
+                                              moe_walk w, const tdm_xq &xq, const float *hf, int64_t h_stride,
+                                              float *acc)
+{
+    if constexpr (T >= 0)
+        down_items<T>(base, wt, off, w, xq, hf, h_stride, acc);
+    else
+        TDM_QT_DISPATCH(type, (down_items<QTYPE>(base, wt, off, w, xq, hf, h_stride, acc)));
+}
+
 /* Block = tile output rows of one token. The block looks up the token's
  * resident experts; each warp takes one row per pass, its lanes splitting
  * the (rank, unit) items of every resident selection and the gated shared
  * expert against the int8 copy of h that gate_up wrote (plain formats: the
  * float rows), so short rows (n_ff 512) still keep every lane busy. */
+template <int T>
 __global__ void __launch_bounds__(DN_WARPS * 32, DN_BLOCKS_PER_SM)
     moe_down_kernel(moe_args a, const float *__restrict__ h, tdm_xq hq, const int32_t *__restrict__ ids,
                     const float *__restrict__ wts, int k, const float *add, float *y, int accumulate, int tile)
@@ -346,11 +361,9 @@ __global__ void __launch_bounds__(DN_WARPS * 32, DN_BLOCKS_PER_SM)
         if (row >= a.n_embd)
             break;
         float acc = 0.0f;
-        TDM_QT_DISPATCH(a.down_type,
-                        (down_items<QTYPE>(base, wt, row * a.down_row_bytes, routed, xt, ht, a.h_stride, &acc)));
+        down_items_of<T>(a.down_type, base, wt, row * a.down_row_bytes, routed, xt, ht, a.h_stride, &acc);
         if (a.has_shared)
-            TDM_QT_DISPATCH(a.sh_down_type, (down_items<QTYPE>(base, wt, row * a.sh_down_row_bytes, shared, xt, ht,
-                                                                a.h_stride, &acc)));
+            down_items_of<T>(a.sh_down_type, base, wt, row * a.sh_down_row_bytes, shared, xt, ht, a.h_stride, &acc);
         acc = tdm_warp_sum(acc);
         if (lane == 0) {
             int64_t i = (int64_t)t * a.n_embd + row;
@@ -485,6 +498,31 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
     return TDM_OK;
 }
 
+/* The gate_up kernel for a's types: compiled for the one type of gate and
+ * up (routed and shared alike), else the one that switches per row. */
+static void (*moe_gate_up_of(const moe_args *a))(moe_args, const float *, const int32_t *, int, int, float *,
+                                                 moe_hq_out)
+{
+    const int t = a->gate_type;
+    void (*kernel)(moe_args, const float *, const int32_t *, int, int, float *, moe_hq_out) = moe_gate_up_kernel<-1>;
+    if (a->up_type == t && (!a->has_shared || (a->sh_gate_type == t && a->sh_up_type == t)))
+        TDM_QT_DISPATCH(t, kernel = moe_gate_up_kernel<QTYPE>);
+    return kernel;
+}
+
+/* The down kernel for a's types: compiled for the one down type (routed and
+ * shared), else the one that switches per row. */
+static void (*moe_down_of(const moe_args *a))(moe_args, const float *, tdm_xq, const int32_t *, const float *, int,
+                                              const float *, float *, int, int)
+{
+    const int t = a->down_type;
+    void (*kernel)(moe_args, const float *, tdm_xq, const int32_t *, const float *, int, const float *, float *, int,
+                   int) = moe_down_kernel<-1>;
+    if (!a->has_shared || a->sh_down_type == t)
+        TDM_QT_DISPATCH(t, kernel = moe_down_kernel<QTYPE>);
+    return kernel;
+}
+
 /* Output rows per down block (tuning, else DN_TILE). */
 static int moe_tile_of(const tdm_gpu *g) { return g->tune.moe_tile ? g->tune.moe_tile : DN_TILE; }
 
@@ -502,7 +540,7 @@ extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L
     size_t smem = (size_t)moe_pitch(a.chunk) / 32 * (32 + sizeof(uint2));
     const moe_hq_layout lay = moe_hq_of(nsel, a.h_stride);
     const moe_hq_out hq = {(int8_t *)h + lay.q_off, (uint2 *)((int8_t *)h + lay.s_off), lay.pitch};
-    TDM_LAUNCH(err, g, moe_gate_up_kernel, grid, GU_WARPS * 32, smem, a, x, ids, (int)k, (int)ntok, h, hq);
+    TDM_LAUNCH(err, g, moe_gate_up_of(&a), grid, GU_WARPS * 32, smem, a, x, ids, (int)k, (int)ntok, h, hq);
     return TDM_OK;
 }
 
@@ -520,7 +558,7 @@ extern "C" tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, c
     dim3 grid(tdm_cdiv(a.n_embd, tile), (unsigned)ntok);
     const moe_hq_layout lay = moe_hq_of(nsel, a.h_stride);
     const tdm_xq hq = {(const int8_t *)h + lay.q_off, (const uint2 *)((const int8_t *)h + lay.s_off), lay.pitch};
-    TDM_LAUNCH(err, g, moe_down_kernel, grid, DN_WARPS * 32, 0, a, h, hq, ids, weights, (int)k, add, y,
+    TDM_LAUNCH(err, g, moe_down_of(&a), grid, DN_WARPS * 32, 0, a, h, hq, ids, weights, (int)k, add, y,
                accumulate ? 1 : 0, tile);
     return TDM_OK;
 }

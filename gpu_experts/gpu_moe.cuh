@@ -16,6 +16,10 @@
  * selection that is not resident is skipped, or read from host memory when
  * the layer has direct experts and it is among the first *quota such
  * selections (gpu.h). Any ntok works; each down block serves one token.
+ * Each launch is compiled once per weight type (the host picks the one for
+ * the layer, so nothing in it switches on the type) and once for layers
+ * whose matrices mix types (a warp-uniform switch per row); every quotient
+ * of the geometry comes from the host (moe_args).
  */
 #ifndef TDM_GPU_MOE_CUH
 #define TDM_GPU_MOE_CUH

@@ -869,14 +869,17 @@ __device__ __forceinline__ void tdm_rows_part(const uint8_t *row, int64_t delta,
         tdm_rows_dot_part<T, 1, R>(row, delta, R, uend, xf, 0, 1, ubeg, ustep, (float(*)[1])acc);
 }
 
-/* The same for a type known at run time (warp-uniform switch, outside the
- * unit loop). */
-template <int R>
-__device__ __forceinline__ void tdm_rows_part_rt(int type, const uint8_t *row, int64_t delta,
-                                                 int ubeg, int uend, int ustep, const tdm_xq &xq,
-                                                 const float *xf, float *acc)
+/* The same for a type fixed when compiled (T >= 0; type is T) or known only
+ * at run time (T < 0: a warp-uniform switch on type, outside the unit
+ * loop). */
+template <int T, int R>
+__device__ __forceinline__ void tdm_rows_part_of(int type, const uint8_t *row, int64_t delta, int ubeg, int uend,
+                                                 int ustep, const tdm_xq &xq, const float *xf, float *acc)
 {
-    TDM_QT_DISPATCH(type, (tdm_rows_part<QTYPE, R>(row, delta, ubeg, uend, ustep, xq, xf, acc)));
+    if constexpr (T >= 0)
+        tdm_rows_part<T, R>(row, delta, ubeg, uend, ustep, xq, xf, acc);
+    else
+        TDM_QT_DISPATCH(type, (tdm_rows_part<QTYPE, R>(row, delta, ubeg, uend, ustep, xq, xf, acc)));
 }
 
 /* Eight floats as eight halves (round to nearest even) in one 16-byte word:

@@ -345,6 +345,11 @@ static void test_moe_direct(void **state)
     moe_case odd = {512, 96, 7, 3, 2, 0, 1, 64, TDM_Q_Q5_K, TDM_Q_Q8_0, TDM_Q_Q4_0, TDM_Q_Q8_0, 0.3, true};
     odd.direct = 3;
     run_moe(&odd);
+    /* the Q4_K_M layer as the models have it: the shared expert of the routed
+     * types, so both launches run the kernels compiled for one type */
+    moe_case q4km = {2048, 512, 24, 8, 2, 0, 1, 512, TDM_Q_Q4_K, TDM_Q_Q6_K, TDM_Q_Q4_K, TDM_Q_Q6_K, 0.4, true};
+    q4km.direct = 4;
+    run_moe(&q4km);
 }
 
 static void test_moe_qwen3_shapes(void **state)
