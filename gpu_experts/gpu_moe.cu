@@ -113,7 +113,7 @@ __device__ __forceinline__ bool moe_missing(const moe_args &a, int32_t e)
 /* The gate, up and down matrices of selection sel (= token * k + rank):
  * its slot's when resident; else the host copy when fewer than *quota
  * selections before it miss too (zero-copy, gpu.h); else NULL (the CPU's). */
-__device__ __forceinline__ const uint8_t *expert_mats(const moe_args &a, const int32_t *ids, int sel, const uint8_t **up,
+__device__ const uint8_t *expert_mats(const moe_args &a, const int32_t *ids, int sel, const uint8_t **up,
                                       const uint8_t **down)
 {
     const int32_t e = ids[sel];

@@ -845,7 +845,7 @@ TDM_HD void tdm_q8_rows_part(const uint8_t *row, int64_t row_bytes, int nrows, i
     }
 }
 
-/* ---- weight type known at run time (the fused MoE kernels) ---- */
+/* ---- the fused MoE kernels: one type or a type per matrix ---- */
 
 /* Elements of one unit of type t on its path (8 plain, 32 * NG quantised),
  * 0 when unsupported: the host works the fused MoE kernels' geometry out
