@@ -498,13 +498,15 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
     return TDM_OK;
 }
 
+typedef decltype(&moe_gate_up_kernel<-1>) moe_gate_up_fn;
+typedef decltype(&moe_down_kernel<-1>) moe_down_fn;
+
 /* The gate_up kernel for a's types: compiled for the one type of gate and
  * up (routed and shared alike), else the one that switches per row. */
-static void (*moe_gate_up_of(const moe_args *a))(moe_args, const float *, const int32_t *, int, int, float *,
-                                                 moe_hq_out)
+static moe_gate_up_fn moe_gate_up_of(const moe_args *a)
 {
     const int t = a->gate_type;
-    void (*kernel)(moe_args, const float *, const int32_t *, int, int, float *, moe_hq_out) = moe_gate_up_kernel<-1>;
+    moe_gate_up_fn kernel = moe_gate_up_kernel<-1>;
     if (a->up_type == t && (!a->has_shared || (a->sh_gate_type == t && a->sh_up_type == t)))
         TDM_QT_DISPATCH(t, kernel = moe_gate_up_kernel<QTYPE>);
     return kernel;
@@ -512,12 +514,10 @@ static void (*moe_gate_up_of(const moe_args *a))(moe_args, const float *, const 
 
 /* The down kernel for a's types: compiled for the one down type (routed and
  * shared), else the one that switches per row. */
-static void (*moe_down_of(const moe_args *a))(moe_args, const float *, tdm_xq, const int32_t *, const float *, int,
-                                              const float *, float *, int, int)
+static moe_down_fn moe_down_of(const moe_args *a)
 {
     const int t = a->down_type;
-    void (*kernel)(moe_args, const float *, tdm_xq, const int32_t *, const float *, int, const float *, float *, int,
-                   int) = moe_down_kernel<-1>;
+    moe_down_fn kernel = moe_down_kernel<-1>;
     if (!a->has_shared || a->sh_down_type == t)
         TDM_QT_DISPATCH(t, kernel = moe_down_kernel<QTYPE>);
     return kernel;
