@@ -18,9 +18,10 @@
 
 #include <cjson/cJSON.h>
 
+#include "bench_json.h"
+#include "cli.h"
 #include "kernels.h"
 #include "membw.h"
-#include "bench_json.h"
 
 typedef struct shape {
     const char *name;
@@ -37,56 +38,31 @@ static const tdm_qtype k_types[] = {TDM_Q_Q4_K, TDM_Q_Q6_K, TDM_Q_Q8_0, TDM_Q_IQ
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 #define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
 
-static size_t parse_size(const char *s)
-{
-    char *end;
-    double v = strtod(s, &end);
-    double m = *end == 'G' ? 1073741824.0 : *end == 'M' ? 1048576.0 : *end == 'K' ? 1024.0 : 1.0;
-    return v > 0 ? (size_t)(v * m) : 0;
-}
-
-static cJSON *stats_json(const tdm_membw_stats *s)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "min", s->min_gbs);
-    cJSON_AddNumberToObject(o, "median", s->median_gbs);
-    cJSON_AddNumberToObject(o, "max", s->max_gbs);
-    return o;
-}
-
 int main(int argc, char **argv)
 {
-    size_t bytes = (size_t)1 << 30;
-    int repeats = 5, threads[64], nthreads = 0;
+    uint64_t bytes = (uint64_t)1 << 30;
+    int32_t threads[64];
+    int repeats = 5, nthreads = 0, bad = argc % 2 == 0;
     const char *out = NULL;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i + 1 < argc && !bad; i += 2) {
         if (!strcmp(argv[i], "--bytes"))
-            bytes = parse_size(argv[i + 1]);
+            bad = !tdm_cli_parse_size(argv[i + 1], &bytes);
         else if (!strcmp(argv[i], "--repeats"))
             repeats = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--out"))
             out = argv[i + 1];
-        else if (!strcmp(argv[i], "--threads")) {
-            for (char *s = argv[i + 1]; *s && nthreads < 64;) {
-                threads[nthreads++] = (int)strtol(s, &s, 10);
-                if (*s == ',')
-                    s++;
-            }
-        } else {
-            fprintf(stderr, "usage: matvec [--bytes SIZE] [--threads 1,2,4] [--repeats N] [--out FILE]\n");
-            return 2;
-        }
+        else if (!strcmp(argv[i], "--threads"))
+            bad = (nthreads = tdm_cli_parse_int_list(argv[i + 1], threads, 64, 1, 4096)) < 1;
+        else
+            bad = 1;
     }
-    if (argc % 2 == 0 || bytes < (1u << 20) || repeats < 1) {
+    if (bad || bytes < (1u << 20) || repeats < 1) {
         fprintf(stderr, "usage: matvec [--bytes SIZE] [--threads 1,2,4] [--repeats N] [--out FILE]\n");
         return 2;
     }
     int ncores = tdm_membw_physical_cores();
-    if (!nthreads) {
-        for (int t = 1; t < ncores; t *= 2)
-            threads[nthreads++] = t;
-        threads[nthreads++] = ncores;
-    }
+    if (!nthreads)
+        nthreads = tdm_membw_thread_ladder(threads, 64);
     char host[256] = "unknown", path[512];
     gethostname(host, sizeof host - 1);
     if (!out) {
@@ -120,7 +96,7 @@ int main(int argc, char **argv)
         double read = r.kind[TDM_MEMBW_READ].median_gbs;
         cJSON *row = cJSON_CreateObject();
         cJSON_AddNumberToObject(row, "threads", threads[ti]);
-        cJSON_AddItemToObject(row, "read", stats_json(&r.kind[TDM_MEMBW_READ]));
+        cJSON_AddItemToObject(row, "read", tdm_membw_stats_json(&r.kind[TDM_MEMBW_READ]));
         cJSON *mv = cJSON_AddArrayToObject(row, "matvec");
         for (int t = 0; t < N_TYPES && !rc; t++) {
             for (int s = 0; s < N_SHAPES; s++) {
@@ -135,7 +111,7 @@ int main(int argc, char **argv)
                 printf("%7d %8.1f  %-18s %8s %8.1f %7.2f\n", threads[ti], read, k_shapes[s].name,
                        tdm_qtype_name(k_types[t]), st.median_gbs, st.median_gbs / read);
                 fflush(stdout);
-                cJSON *e = stats_json(&st);
+                cJSON *e = tdm_membw_stats_json(&st);
                 cJSON_AddStringToObject(e, "type", tdm_qtype_name(k_types[t]));
                 cJSON_AddNumberToObject(e, "rows", (double)k_shapes[s].rows);
                 cJSON_AddNumberToObject(e, "cols", (double)k_shapes[s].cols);

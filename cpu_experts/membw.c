@@ -32,6 +32,17 @@ int tdm_membw_physical_cores(void)
     return n;
 }
 
+int tdm_membw_thread_ladder(int32_t *threads, int cap)
+{
+    const int cores = tdm_membw_physical_cores();
+    int n = 0;
+    for (int t = 1; t < cores && n + 1 < cap; t *= 2)
+        threads[n++] = t;
+    if (n < cap)
+        threads[n++] = cores;
+    return n;
+}
+
 void tdm_membw_opts_default(tdm_membw_opts *o)
 {
     o->bytes = (size_t)1 << 30;
@@ -315,7 +326,7 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
 
 /* ---- JSON ----------------------------------------------------------------- */
 
-static cJSON *stats_json(const tdm_membw_stats *s)
+cJSON *tdm_membw_stats_json(const tdm_membw_stats *s)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "min", s->min_gbs);
@@ -339,9 +350,10 @@ tdm_status tdm_membw_write_json(const char *path, const tdm_membw_result *result
         cJSON *r = cJSON_CreateObject();
         cJSON_AddNumberToObject(r, "threads", results[i].threads);
         for (int k = 0; k < TDM_MEMBW_KIND_COUNT; k++)
-            cJSON_AddItemToObject(r, tdm_membw_kind_name((tdm_membw_kind)k), stats_json(&results[i].kind[k]));
+            cJSON_AddItemToObject(r, tdm_membw_kind_name((tdm_membw_kind)k),
+                                  tdm_membw_stats_json(&results[i].kind[k]));
         if (results[i].has_matvec) {
-            cJSON *m = stats_json(&results[i].matvec);
+            cJSON *m = tdm_membw_stats_json(&results[i].matvec);
             cJSON_AddStringToObject(m, "type", tdm_qtype_name((uint32_t)results[i].matvec_type));
             cJSON_AddItemToObject(r, "matvec", m);
         }

@@ -53,6 +53,14 @@ void tdm_membw_opts_default(tdm_membw_opts *o);
 /* Physical cores hwloc sees (>= 1; 1 when the topology cannot be read). */
 int tdm_membw_physical_cores(void);
 
+/* The thread counts of a default sweep: 1, 2, 4, ... below the physical
+ * cores, then all of them; writes at most cap, returns how many. */
+int tdm_membw_thread_ladder(int32_t *threads, int cap);
+
+/* s as a new JSON object {"min", "median", "max"} (GB/s); the caller owns it. */
+struct cJSON;
+struct cJSON *tdm_membw_stats_json(const tdm_membw_stats *s);
+
 const char *tdm_membw_kind_name(tdm_membw_kind k); /* "read", "copy", "triad" */
 
 /* Fills out->kind[] (and threads/bytes/repeats). TDM_ERR_INVALID for bad

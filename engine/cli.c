@@ -55,6 +55,15 @@ int tdm_cli_parse_ids(const char *s, int32_t *ids, int cap)
     return n;
 }
 
+int tdm_cli_parse_int_list(const char *s, int32_t *out, int cap, int32_t lo, int32_t hi)
+{
+    const int n = tdm_cli_parse_ids(s, out, cap);
+    for (int i = 0; i < n; i++)
+        if (out[i] < lo || out[i] > hi)
+            return -1;
+    return n;
+}
+
 bool tdm_cli_parse_size(const char *s, uint64_t *out)
 {
     char *end;

@@ -26,6 +26,8 @@ const char *tdm_cli_default_model(void);
 
 /* Parses "a,b,c" into ids (at most cap). Returns the count, or -1 on bad input. */
 int tdm_cli_parse_ids(const char *s, int32_t *ids, int cap);
+/* The same, each value within lo..hi (-1 otherwise): thread counts, lengths. */
+int tdm_cli_parse_int_list(const char *s, int32_t *out, int cap, int32_t lo, int32_t hi);
 
 /* Whole-string numeric parsing with an inclusive range; false on junk,
  * overflow or out-of-range values (out untouched). */

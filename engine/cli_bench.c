@@ -89,18 +89,6 @@ const char tdm_cli_bench_help[] =
 
 const char *const bench_fill_name[FILL_COUNT] = {"layer", "profile", "adaptive"};
 
-static int parse_int_list(const char *s, int *out, int lo, int hi)
-{
-    int32_t ids[MAX_LIST];
-    int n = tdm_cli_parse_ids(s, ids, MAX_LIST);
-    for (int i = 0; i < n; i++) {
-        if (ids[i] < lo || ids[i] > hi)
-            return -1;
-        out[i] = ids[i];
-    }
-    return n;
-}
-
 /* "8,12.5,16G": GiB, an optional G suffix on each. */
 static int parse_gib_list(const char *s, double *out)
 {
@@ -156,9 +144,9 @@ static bool parse_value(bench_opts *o, const char *a, const char *v, bool *bad)
     else if (!strcmp(a, "--device"))
         *bad = !tdm_device_parse(v, &o->device);
     else if (!strcmp(a, "--threads"))
-        *bad = (o->n_threads = parse_int_list(v, o->threads, 1, 4096)) < 1;
+        *bad = (o->n_threads = tdm_cli_parse_int_list(v, o->threads, MAX_LIST, 1, 4096)) < 1;
     else if (!strcmp(a, "--prompt"))
-        *bad = (o->n_prompts = parse_int_list(v, o->prompts, 1, 1 << 20)) < 1;
+        *bad = (o->n_prompts = tdm_cli_parse_int_list(v, o->prompts, MAX_LIST, 1, 1 << 20)) < 1;
     else if (!strcmp(a, "--gpu-mem"))
         *bad = (o->n_gpu_mem = parse_gib_list(v, o->gpu_mem)) < 1;
     else if (!strcmp(a, "--fill"))

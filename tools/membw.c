@@ -13,42 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "kernels.h"
 #include "membw.h"
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    double mult = 1.0;
-    if (*end == 'K' || *end == 'k')
-        mult = 1024.0, end++;
-    else if (*end == 'M' || *end == 'm')
-        mult = 1024.0 * 1024.0, end++;
-    else if (*end == 'G' || *end == 'g')
-        mult = 1024.0 * 1024.0 * 1024.0, end++;
-    if (end == s || *end || v <= 0)
-        return -1;
-    *out = (size_t)(v * mult);
-    return 0;
-}
-
-static int parse_threads(const char *s, int *list, int cap)
-{
-    int n = 0;
-    while (*s && n < cap) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 1)
-            return -1;
-        list[n++] = (int)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',')
-            return -1;
-    }
-    return n;
-}
-
 
 static void usage(void)
 {
@@ -60,16 +27,18 @@ int main(int argc, char **argv)
 {
     tdm_membw_opts o;
     tdm_membw_opts_default(&o);
-    int threads[64], nthreads = 0, mv_type = -1;
+    int32_t threads[64];
+    int nthreads = 0, mv_type = -1;
+    uint64_t bytes = 0;
     long long rows = 768, cols = 2048;
     const char *json = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "--bytes") && v)
-            bad = parse_size(v, &o.bytes), i++;
+            bad = !tdm_cli_parse_size(v, &bytes) || bytes == 0, o.bytes = (size_t)bytes, i++;
         else if (!strcmp(a, "--threads") && v)
-            bad = (nthreads = parse_threads(v, threads, 64)) < 1, i++;
+            bad = (nthreads = tdm_cli_parse_int_list(v, threads, 64, 1, 4096)) < 1, i++;
         else if (!strcmp(a, "--repeats") && v)
             bad = (o.repeats = atoi(v)) < 1, i++;
         else if (!strcmp(a, "--matvec") && v)
@@ -87,11 +56,8 @@ int main(int argc, char **argv)
         }
     }
     int ncores = tdm_membw_physical_cores();
-    if (!nthreads) {
-        for (int t = 1; t < ncores; t *= 2)
-            threads[nthreads++] = t;
-        threads[nthreads++] = ncores;
-    }
+    if (!nthreads)
+        nthreads = tdm_membw_thread_ladder(threads, 64);
     tdm_membw_result *res = calloc((size_t)nthreads, sizeof *res);
     printf("membw: %d physical cores, %.0f MiB, %d repeats, ISA %s (GB/s = 1e9 B/s; min / median / max)\n",
            ncores, (double)o.bytes / (1 << 20), o.repeats, tdm_cpu_isa_name(tdm_cpu_isa_active()));

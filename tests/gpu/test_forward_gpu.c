@@ -96,17 +96,6 @@ static void check_prompt(fx_micro *mc, const char *prompt)
     free(out), free(cpu), free(b5), free(last), free(ref);
 }
 
-static int route_calls;
-static void count_routes(void *user, int32_t pos, int32_t layer, int32_t k, const int32_t *ex, const float *w)
-{
-    (void)user, (void)pos, (void)layer, (void)ex;
-    float s = 0;
-    for (int i = 0; i < k; i++)
-        s += w[i];
-    if (fabsf(s - 1.0f) < 1e-4f)
-        route_calls++;
-}
-
 static void check_greedy(fx_micro *mc)
 {
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc->ref, "prompts"), "short");
@@ -115,8 +104,8 @@ static void check_greedy(fx_micro *mc)
     const int ng = fx_ints(cJSON_GetObjectItem(p, "greedy_24"), want, 64), V = mc->hp->n_vocab;
     float *logits = malloc((size_t)V * sizeof(float)), *l0 = malloc((size_t)V * sizeof(float));
     tdm_forward_gpu *f = gpu_new(mc->m, n + ng + 8, 512);
-    route_calls = 0;
-    tdm_forward_gpu_set_route_hook(f, count_routes, NULL);
+    int route_calls = 0;
+    tdm_forward_gpu_set_route_hook(f, fx_count_routes, &route_calls);
     gpu_eval(f, tokens, n, 0, logits, false);
     assert_int_equal(route_calls, n * mc->hp->n_layer);
     tdm_forward_gpu_set_route_hook(f, NULL, NULL);

@@ -156,6 +156,19 @@ static __attribute__((unused)) double fx_mean_kl(const float *p, const float *q,
     return total / rows;
 }
 
+/* A route hook (forward.h tdm_forward_route_fn) counting into *(int *)user
+ * the calls whose k weights sum to 1 (renormalised top-k). */
+static __attribute__((unused)) void fx_count_routes(void *user, int32_t pos, int32_t layer, int32_t k,
+                                                    const int32_t *ex, const float *w)
+{
+    (void)pos, (void)layer, (void)ex;
+    float s = 0;
+    for (int i = 0; i < k; i++)
+        s += w[i];
+    if (fabsf(s - 1.0f) < 1e-4f)
+        ++*(int *)user;
+}
+
 /* The f32 file of a micro fixture (e.g. "micro-qwen3moe"), loaded. */
 static __attribute__((unused)) tdm_model *fx_load_micro_f32(const char *name)
 {

@@ -180,17 +180,6 @@ static void check_hidden(fx_micro *mc)
     free(ref);
 }
 
-static int route_calls;
-static void count_routes(void *user, int32_t pos, int32_t layer, int32_t k, const int32_t *ex, const float *w)
-{
-    (void)user, (void)pos, (void)layer, (void)ex;
-    float s = 0;
-    for (int i = 0; i < k; i++)
-        s += w[i];
-    if (fabsf(s - 1.0f) < 1e-4f)
-        route_calls++;
-}
-
 static void check_greedy(fx_micro *mc)
 {
     const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(mc->ref, "prompts"), "short");
@@ -200,8 +189,8 @@ static void check_greedy(fx_micro *mc)
     tdm_session *s;
     tdm_error err = {0};
     assert_int_equal(tdm_session_new(mc->m, n + ng + 1, &s, &err), TDM_OK);
-    route_calls = 0;
-    tdm_session_set_route_hook(s, count_routes, NULL);
+    int route_calls = 0;
+    tdm_session_set_route_hook(s, fx_count_routes, &route_calls);
     assert_int_equal(tdm_session_eval(s, tokens, n, NULL, &err), TDM_OK);
     assert_int_equal(route_calls, n * mc->hp->n_layer);
     int match = 0;
