@@ -84,7 +84,7 @@ static void mv_fn(void *c, int it)
 {
     mv_ctx *m = c;
     const uint8_t *w = m->pool + (size_t)(it % m->n_mats) * m->mat_bytes;
-    CHECK(tdm_gpu_matvec(g, m->t, w, m->rows, m->k, m->x, m->ntok, m->y, false, &err));
+    CHECK(tdm_gpu_matvec(g, m->t, w, m->rows, m->k, m->x, NULL, m->ntok, m->y, false, &err));
 }
 
 typedef struct moe_ctx {

@@ -82,6 +82,8 @@ struct tdm_forward_gpu {
     int32_t *ids;              /* [n_layer][S][k]: each layer's routing kept for the pass (layer_ids) */
     float *wts;                /* view: [B][k] at token sub0 of span_wts */
     float *h;                  /* [B][k+1][h_stride], then its int8 copy (tdm_gpu_moe_h_bytes) */
+    void *xq;                  /* one token's normed input as int8 (tdm_gpu_xq8_bytes(1, xq_k)), NULL: none */
+    int64_t xq_k;              /* the widest row it holds: n_embd or the DeltaNet output */
     float *logits;             /* [LOGIT_ROWS][n_vocab] */
     void *mm_scratch;
     size_t mm_bytes;
@@ -426,6 +428,10 @@ static void size_dims(tdm_forward_gpu *f)
     int64_t w = max64(2 * f->q_dim, max64(f->conv_dim, f->v_dim));
     f->wide = max64(w, max64(hp->n_embd, f->kv_dim));
     f->h_stride = max64(hp->n_ff_exp, max64(hp->n_ff_shexp, hp->n_ff));
+    /* the norms of one-token steps hand the products after them an int8 copy
+     * of their output when the rows split into groups of 32 */
+    const bool dn_q8 = hp->n_rec_layers == 0 || hp->ssm_d_v % 32 == 0;
+    f->xq_k = hp->n_embd % 32 == 0 && dn_q8 ? max64(hp->n_embd, f->v_dim) : 0;
     const int64_t kin = max64(hp->n_embd, max64(f->q_dim, max64(f->v_dim, 1)));
     f->mm_bytes = tdm_gpu_matmul_scratch_bytes(MM_CHUNK_ROWS, kin, f->B);
 }
@@ -463,6 +469,8 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
     DA(rl, B * (size_t)max64(hp->n_expert, 1) * 4); DA(sg, B * 4);
     DA(ids, (size_t)hp->n_layer * S * k * 4); DA(span_wts, S * k * 4);
     DA(h, tdm_gpu_moe_h_bytes(f->h_stride, (int64_t)(B * (k + 1))));
+    if (f->xq_k)
+        DA(xq, tdm_gpu_xq8_bytes(1, f->xq_k));
     DA(logits, (size_t)LOGIT_ROWS * hp->n_vocab * 4);
     DA(mm_scratch, f->mm_bytes);
     DA(identity, (size_t)max64(hp->n_expert, 1) * 4);
@@ -927,10 +935,11 @@ tdm_status tdm_forward_gpu_rec_load(tdm_forward_gpu *f, const float *src, tdm_er
 
 /* ---- products ---- */
 
-/* y[t] = (acc ? y[t] : 0) + W x[t] for n tokens: one matvec launch, or the
+/* y[t] = (acc ? y[t] : 0) + W x[t] for n tokens: one matvec launch (with
+ * x's int8 copy xq from the norm that wrote x, when there is one), or the
  * fp16 GEMM for long batches of non-F32 weights (acc through tmp). */
-static tdm_status proj(tdm_forward_gpu *f, const dweight *w, const float *x, int32_t n, float *y, bool acc,
-                       tdm_error *err)
+static tdm_status proj(tdm_forward_gpu *f, const dweight *w, const float *x, const void *xq, int32_t n, float *y,
+                       bool acc, tdm_error *err)
 {
     if (n > f->mm_min) {
         float *dst = acc ? f->tmp : y;
@@ -943,7 +952,14 @@ static tdm_status proj(tdm_forward_gpu *f, const dweight *w, const float *x, int
             st = tdm_gpu_add_f32(f->g, y, f->tmp, (size_t)n * w->rows, err);
         return st;
     }
-    return tdm_gpu_matvec(f->g, w->type, w->d, w->rows, w->cols, x, n, y, acc, err);
+    return tdm_gpu_matvec(f->g, w->type, w->d, w->rows, w->cols, x, xq, n, y, acc, err);
+}
+
+/* The int8 copy buffer for a norm of n tokens whose rows are k wide, or
+ * NULL: only one-token steps use it. */
+static void *xq_for(const tdm_forward_gpu *f, int32_t n, int64_t k)
+{
+    return n == 1 && f->xq && k <= f->xq_k ? f->xq : NULL;
 }
 
 /* ---- layers (forward.c's attention_layer / deltanet_layer / ffn_layer) ---- */
@@ -968,21 +984,22 @@ static tdm_status attention_layer(tdm_forward_gpu *f, const tdm_layer *L, const 
                           .kv_stride = Hkv * hd, .q_norm = gl->q_norm.d, .k_norm = gl->k_norm.d, .n_head = H,
                           .n_kv = Hkv, .head_dim = hd, .n_rot = hp->n_rot, .base = (float)hp->rope_base,
                           .eps = hp->norm_eps};
-    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, n, d, d, hp->norm_eps, err));
+    void *xq = xq_for(f, n, d);
+    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
     if (fused(&gl->f_qkv, n, (size_t)f->B * f->wide)) { /* p1 = q (| gate) | k | v */
-        TRY(proj(f, &gl->f_qkv, f->xn, 1, f->p1, false, err));
+        TRY(proj(f, &gl->f_qkv, f->xn, xq, 1, f->p1, false, err));
         in.k_src = f->p1 + gl->wq.rows;
         in.v_src = in.k_src + gl->wk.rows;
     } else {
-        TRY(proj(f, &gl->wq, f->xn, n, f->p1, false, err));
-        TRY(proj(f, &gl->wk, f->xn, n, f->p2, false, err));
-        TRY(proj(f, &gl->wv, f->xn, n, f->p3, false, err));
+        TRY(proj(f, &gl->wq, f->xn, xq, n, f->p1, false, err));
+        TRY(proj(f, &gl->wk, f->xn, xq, n, f->p2, false, err));
+        TRY(proj(f, &gl->wv, f->xn, xq, n, f->p3, false, err));
     }
     TRY(tdm_gpu_attn_prep(f->g, &in, f->pos, n, f->q, hp->attn_gated ? f->gate : NULL, kc, vc, f->n_ctx, err));
     const float scale = (float)(1.0 / sqrt((double)hd));
     TRY(tdm_gpu_attention(f->g, f->q, kc, vc, hp->attn_gated ? f->gate : NULL, f->ao, n, H, Hkv, hd, f->n_ctx, f->pos,
                           scale, f->attn_scratch, f->attn_bytes, err));
-    return proj(f, &gl->wo, f->ao, n, f->x, true, err);
+    return proj(f, &gl->wo, f->ao, NULL, n, f->x, true, err);
 }
 
 static tdm_status deltanet_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer *gl, int32_t n,
@@ -993,28 +1010,31 @@ static tdm_status deltanet_layer(tdm_forward_gpu *f, const tdm_layer *L, const g
     float *conv_state = f->rec + (size_t)L->slot * (size_t)(K - 1) * f->conv_dim;
     float *S = f->rec + f->conv_floats + (size_t)L->slot * Hv * hp->ssm_d_k * hp->ssm_d_v;
     float *z = f->p2, *alpha = f->alpha;
-    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, n, d, d, hp->norm_eps, err));
+    void *xq = xq_for(f, n, d);
+    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
     if (fused(&gl->f_dn, n, (size_t)f->B * f->wide)) { /* p1 = qkv | z */
-        TRY(proj(f, &gl->f_dn, f->xn, 1, f->p1, false, err));
+        TRY(proj(f, &gl->f_dn, f->xn, xq, 1, f->p1, false, err));
         z = f->p1 + gl->qkv.rows;
     } else {
-        TRY(proj(f, &gl->qkv, f->xn, n, f->p1, false, err));
-        TRY(proj(f, &gl->z, f->xn, n, z, false, err));
+        TRY(proj(f, &gl->qkv, f->xn, xq, n, f->p1, false, err));
+        TRY(proj(f, &gl->z, f->xn, xq, n, z, false, err));
     }
     if (fused(&gl->f_ba, n, (size_t)f->B * Hv)) { /* beta | alpha */
-        TRY(proj(f, &gl->f_ba, f->xn, 1, f->beta, false, err));
+        TRY(proj(f, &gl->f_ba, f->xn, xq, 1, f->beta, false, err));
         alpha = f->beta + Hv;
     } else {
-        TRY(proj(f, &gl->beta, f->xn, n, f->beta, false, err));
-        TRY(proj(f, &gl->alpha, f->xn, n, alpha, false, err));
+        TRY(proj(f, &gl->beta, f->xn, xq, n, f->beta, false, err));
+        TRY(proj(f, &gl->alpha, f->xn, xq, n, alpha, false, err));
     }
     TRY(tdm_gpu_ssm_conv(f->g, f->p1, gl->conv.d, conv_state, f->p3, n, f->conv_dim, K, err));
     const tdm_gpu_deltanet_shape sh = {
         .n_k_head = hp->ssm_n_k_heads, .n_v_head = Hv, .d_k = hp->ssm_d_k, .d_v = hp->ssm_d_v,
         .map = hp->vhead_tiled ? TDM_GPU_HEADS_TILED : TDM_GPU_HEADS_GROUPED, .eps = 1e-6f};
     TRY(tdm_gpu_deltanet(f->g, &sh, f->p3, f->beta, alpha, gl->a.d, gl->dt.d, S, f->ao, n, err));
-    TRY(tdm_gpu_rmsnorm_gated(f->g, f->ao, z, gl->ssm_norm.d, f->q, (int64_t)n * Hv, hp->ssm_d_v, hp->norm_eps, err));
-    return proj(f, &gl->out, f->q, n, f->x, true, err);
+    void *oq = xq_for(f, n, Hv * hp->ssm_d_v);
+    TRY(tdm_gpu_rmsnorm_gated(f->g, f->ao, z, gl->ssm_norm.d, f->q, oq, (int64_t)n * Hv, hp->ssm_d_v, Hv,
+                              hp->norm_eps, err));
+    return proj(f, &gl->out, f->q, oq, n, f->x, true, err);
 }
 
 static int32_t *layer_ids(const tdm_forward_gpu *f, int32_t il)
@@ -1196,7 +1216,7 @@ enum {
 static tdm_status predict_norm(tdm_forward_gpu *f, const glayer *gl, tdm_error *err)
 {
     const int64_t d = f->hp->n_embd;
-    return tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->pxn, 1, d, d, f->hp->norm_eps, err);
+    return tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->pxn, NULL, 1, d, d, f->hp->norm_eps, err);
 }
 
 /* The steps `what` of layer il's prediction on the side stream, after
@@ -1211,7 +1231,7 @@ static tdm_status side_branch(tdm_forward_gpu *f, const glayer *gl, int32_t il, 
     TRY(tdm_gpu_side_begin(f->g, err));
     tdm_status st = TDM_OK;
     if (what & SIDE_ROUTE) {
-        st = proj(f, &gl->router, f->pxn, 1, f->prl, false, err);
+        st = proj(f, &gl->router, f->pxn, NULL, 1, f->prl, false, err);
         if (!st)
             st = tdm_gpu_router(f->g, f->prl, 1, hp->n_expert, gl->k, hp->norm_topk, f->pids, f->pwts, err);
     }
@@ -1236,16 +1256,16 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
     const float *wts = f->ones;
     tdm_gpu_moe_layer moe = gl->moe; /* a one-token step may read the shared gate from the fused logits */
     tdm_gpu_shared_expert shared;
-    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->xn, n, d, d, hp->norm_eps, err));
+    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->xn, NULL, n, d, d, hp->norm_eps, err));
     if (L->ffn == TDM_FFN_MOE && fused(&gl->f_route, n, (size_t)f->B * hp->n_expert)) { /* router | shared gate */
-        TRY(proj(f, &gl->f_route, f->xn, 1, f->rl, false, err));
+        TRY(proj(f, &gl->f_route, f->xn, NULL, 1, f->rl, false, err));
         shared = gl->shared;
         shared.gate_logit = f->rl + hp->n_expert;
         moe.shared = &shared;
     } else if (L->ffn == TDM_FFN_MOE) {
-        TRY(proj(f, &gl->router, f->xn, n, f->rl, false, err));
+        TRY(proj(f, &gl->router, f->xn, NULL, n, f->rl, false, err));
         if (gl->shexp_gate.d)
-            TRY(proj(f, &gl->shexp_gate, f->xn, n, f->sg, false, err));
+            TRY(proj(f, &gl->shexp_gate, f->xn, NULL, n, f->sg, false, err));
     }
     if (L->ffn == TDM_FFN_MOE) {
         ids = layer_ids(f, il);
@@ -1305,9 +1325,10 @@ static tdm_status embed(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, in
 static tdm_status head_rows(tdm_forward_gpu *f, int32_t t0, int32_t nr, tdm_error *err)
 {
     const int64_t d = f->hp->n_embd;
-    TRY(tdm_gpu_rmsnorm(f->g, f->x + (size_t)t0 * d, f->out_norm.d, f->xn + (size_t)t0 * d, nr, d, d,
+    void *xq = xq_for(f, nr, d);
+    TRY(tdm_gpu_rmsnorm(f->g, f->x + (size_t)t0 * d, f->out_norm.d, f->xn + (size_t)t0 * d, xq, nr, d, d,
                         f->hp->norm_eps, err));
-    return proj(f, &f->output, f->xn + (size_t)t0 * d, nr, f->logits, false, err);
+    return proj(f, &f->output, f->xn + (size_t)t0 * d, xq, nr, f->logits, false, err);
 }
 
 static tdm_status head(tdm_forward_gpu *f, int32_t n, float *dst, bool all, tdm_error *err)

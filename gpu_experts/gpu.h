@@ -147,7 +147,11 @@ bool tdm_gpu_type_supported(tdm_qtype t);
 
 /* Decode products: y[t][r] = (accumulate ? y[t][r] : 0) + W[r] . x[t] for
  * r < rows, t < ntok. w: [rows] rows of k elements of type wt; x: [ntok][k];
- * y: [ntok][rows]. k must be a multiple of the type's block (8 for F32/F16/BF16).
+ * y: [ntok][rows]. xq: NULL, or x's int8 copy from the norm that wrote x
+ * (tdm_gpu_rmsnorm's yq; one token only): the quantised formats copy it
+ * instead of quantising x in every block (the same values, so the same y;
+ * rows of k <= 16384, longer ones quantise x as without it); plain formats
+ * read x. k must be a multiple of the type's block (8 for F32/F16/BF16).
  * One launch for any ntok (groups of TDM_GPU_MATVEC_MAX_TOK tokens side by
  * side, each reading the weights: from L2 for small matrices); made for 1..8
  * tokens and for the small F32 matrices of a prompt (router, beta/alpha).
@@ -155,7 +159,8 @@ bool tdm_gpu_type_supported(tdm_qtype t);
  * on the device, dp4a; error bound in docs/GPU.md); F32/F16/BF16 keep x in
  * float32. */
 tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows, int64_t k,
-                          const float *x, int ntok, float *y, bool accumulate, tdm_error *err);
+                          const float *x, const void *xq, int ntok, float *y, bool accumulate,
+                          tdm_error *err);
 
 /* Device scratch bytes tdm_gpu_matmul needs to process up to chunk_rows rows of
  * a [rows][k] matrix per cuBLAS call for ntok tokens. */
@@ -175,16 +180,32 @@ tdm_status tdm_gpu_dequant_f16(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t 
 
 /* ---- norms, small element-wise ops ---- */
 
+/* Bytes of the int8 copy of ntok rows of k activations (k a multiple of 32)
+ * that a norm writes for the product after it (tdm_gpu_rmsnorm's yq,
+ * tdm_gpu_matvec's xq): the same per-32 quantisation the products apply to
+ * float activations, written once instead of by every block of the product. */
+static inline size_t tdm_gpu_xq8_bytes(int64_t ntok, int64_t k)
+{
+    const size_t pitch = ((size_t)k + 127) & ~(size_t)127;
+    return (size_t)ntok * (pitch + pitch / 32 * 8);
+}
+
 /* RMSNorm of n_rows rows of n elements: y[r] = w . (x[r] * rsqrt(mean(x[r]^2) + eps)).
  * Row r starts at x + r * stride (same for y; in place allowed). w: [n] (GGUF
- * files already hold the +1 of zero-centred norms). */
-tdm_status tdm_gpu_rmsnorm(tdm_gpu *g, const float *x, const float *w, float *y, int64_t n_rows,
-                           int64_t n, int64_t stride, float eps, tdm_error *err);
+ * files already hold the +1 of zero-centred norms). yq: NULL, or a 16-byte
+ * aligned buffer of tdm_gpu_xq8_bytes(n_rows, n) receiving y's int8 copy
+ * (n a multiple of 32). */
+tdm_status tdm_gpu_rmsnorm(tdm_gpu *g, const float *x, const float *w, float *y, void *yq,
+                           int64_t n_rows, int64_t n, int64_t stride, float eps, tdm_error *err);
 
 /* Gated RMSNorm of the DeltaNet output, per head of n elements:
- * y[r] = (w . rmsnorm(x[r])) * silu(z[r]); rows contiguous ([n_rows][n]). */
+ * y[r] = (w . rmsnorm(x[r])) * silu(z[r]); rows contiguous ([n_rows][n]).
+ * yq: NULL, or y's int8 copy as rows of `group` heads (the product's input
+ * rows): tdm_gpu_xq8_bytes(n_rows / group, group * n) bytes, 16-byte aligned,
+ * n a multiple of 32 and n_rows of group. */
 tdm_status tdm_gpu_rmsnorm_gated(tdm_gpu *g, const float *x, const float *z, const float *w,
-                                 float *y, int64_t n_rows, int64_t n, float eps, tdm_error *err);
+                                 float *y, void *yq, int64_t n_rows, int64_t n, int64_t group,
+                                 float eps, tdm_error *err);
 
 /* ---- attention ---- */
 
@@ -341,8 +362,7 @@ static inline size_t tdm_gpu_moe_h_float_bytes(int64_t h_stride, int64_t rows)
 
 static inline size_t tdm_gpu_moe_h_bytes(int64_t h_stride, int64_t rows)
 {
-    const size_t pitch = ((size_t)h_stride + 127) & ~(size_t)127;
-    return tdm_gpu_moe_h_float_bytes(h_stride, rows) + (size_t)rows * (pitch / 32) * (32 + 8);
+    return tdm_gpu_moe_h_float_bytes(h_stride, rows) + tdm_gpu_xq8_bytes(rows, h_stride);
 }
 
 /* ONE launch: h[t][i] = silu(Gate_e x[t]) * Up_e x[t] for every selected

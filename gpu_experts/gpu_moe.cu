@@ -161,26 +161,6 @@ struct moe_hq_out {
     int pitch;
 };
 
-/* Quantises one group of 32 h values (lane i: element i) into row hq of the
- * int8 copy at group gi, exactly as tdm_xq_fill would. One warp calls it. */
-__device__ __forceinline__ void moe_quantise_group(float v, int8_t *hq, uint2 *hs, int gi)
-{
-    const int lane = threadIdx.x & 31;
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1)
-        amax = tdm_max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const int q = tdm_xq_round(v, tdm_xq_inv(amax));
-    int sum = q;
-#pragma unroll
-    for (int o = 1; o < 16; o <<= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const int upper = __shfl_xor_sync(0xffffffffu, sum, 16);
-    hq[tdm_xq_swz(32 * gi + lane)] = (int8_t)q;
-    if (lane == 0)
-        hs[gi] = make_uint2(__float_as_uint(tdm_xq_scale(amax)), ((uint32_t)sum & 0xFFFFu) | (uint32_t)upper << 16);
-}
-
 /* Block = GU_TILE rows of gate and up for one selection (a (token, rank)
  * pair or the shared expert). The block quantises the token's x into
  * shared memory (a chunk of n_embd at a time), then each warp computes one
@@ -261,8 +241,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
         return;
     __syncthreads();
     if (warp == 0)
-        moe_quantise_group(hv[lane], hq.q + hrow * hq.pitch, hq.s + hrow * (hq.pitch / 32),
-                           tile0 / 32);
+        tdm_xq_put32(hv[lane], hq.q + hrow * hq.pitch, hq.s + hrow * (hq.pitch / 32), tile0 / 32);
 }
 
 /* A lane's walk over the (rank, unit) items it = sub, sub + nsub, ... <

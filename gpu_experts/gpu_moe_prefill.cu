@@ -251,10 +251,14 @@ __device__ __forceinline__ void pf_stage_weights(const uint8_t *w, int64_t row_b
                 /* the group's position in the step (Q6_K's units hold two
                  * groups 64 elements apart; a step holds whole units) */
                 const int pos = (blk * Q::BLK + 32 * Q::group(ub, gi) - e0) / 32;
+                /* biased bytes q + 128: the int8 quants' sign bit flipped, or
+                 * unsigned ones (zero point Z) plus 128 - Z (no carry: q < 2Z) */
                 uint32_t q[8];
 #pragma unroll
                 for (int j = 0; j < 8; j++)
-                    q[j] = live ? g[gi].q[j] ^ 0x80808080u : 0x80808080u;
+                    q[j] = !live       ? 0x80808080u
+                           : Q::ZERO ? g[gi].q[j] + (uint32_t)(128 - Q::ZERO) * 0x01010101u
+                                     : g[gi].q[j] ^ 0x80808080u;
                 unsigned char *dst = A + r * LDA + (I8A ? 1 : 2) * 32 * pos;
 #pragma unroll
                 for (int j = 0; j < 8; j += (I8A ? 4 : 2)) {

@@ -170,9 +170,10 @@ bool tdm_gpu_type_supported(tdm_qtype t)
 }
 
 tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows, int64_t k,
-                          const float *x, int ntok, float *y, bool accumulate, tdm_error *err)
+                          const float *x, const void *xq, int ntok, float *y, bool accumulate,
+                          tdm_error *err)
 {
-    (void)g, (void)wt, (void)w, (void)rows, (void)k, (void)x, (void)ntok, (void)y, (void)accumulate;
+    (void)g, (void)wt, (void)w, (void)rows, (void)k, (void)x, (void)xq, (void)ntok, (void)y, (void)accumulate;
     return NO_CUDA(err, "gpu matvec");
 }
 
@@ -198,17 +199,18 @@ tdm_status tdm_gpu_dequant_f16(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t 
     return NO_CUDA(err, "gpu dequant_f16");
 }
 
-tdm_status tdm_gpu_rmsnorm(tdm_gpu *g, const float *x, const float *w, float *y, int64_t n_rows,
-                           int64_t n, int64_t stride, float eps, tdm_error *err)
+tdm_status tdm_gpu_rmsnorm(tdm_gpu *g, const float *x, const float *w, float *y, void *yq,
+                           int64_t n_rows, int64_t n, int64_t stride, float eps, tdm_error *err)
 {
-    (void)g, (void)x, (void)w, (void)y, (void)n_rows, (void)n, (void)stride, (void)eps;
+    (void)g, (void)x, (void)w, (void)y, (void)yq, (void)n_rows, (void)n, (void)stride, (void)eps;
     return NO_CUDA(err, "gpu rmsnorm");
 }
 
 tdm_status tdm_gpu_rmsnorm_gated(tdm_gpu *g, const float *x, const float *z, const float *w,
-                                 float *y, int64_t n_rows, int64_t n, float eps, tdm_error *err)
+                                 float *y, void *yq, int64_t n_rows, int64_t n, int64_t group,
+                                 float eps, tdm_error *err)
 {
-    (void)g, (void)x, (void)z, (void)w, (void)y, (void)n_rows, (void)n, (void)eps;
+    (void)g, (void)x, (void)z, (void)w, (void)y, (void)yq, (void)n_rows, (void)n, (void)group, (void)eps;
     return NO_CUDA(err, "gpu rmsnorm_gated");
 }
 

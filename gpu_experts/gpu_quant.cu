@@ -136,12 +136,14 @@ __global__ void __launch_bounds__(MVF_WARPS * 32)
  * warp share one row (short rows: 32 / lpr rows side by side), or wpr whole
  * warps share it (long rows); every lane carries R rows so that one shared
  * activation load serves R rows. A lane decodes whole units (1-2 groups of
- * 32) with wide loads and one scale decode per group. */
-template <int T, int NT, int R>
+ * 32) with wide loads and one scale decode per group. XG: x's int8 copy
+ * (xg, written by the norm before it: one token, one chunk) is copied into
+ * shared memory instead of quantising x in every block. */
+template <int T, int NT, int R, bool XG>
 __global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_PER_SM)
     matvec_q8_kernel(const uint8_t *__restrict__ w, int64_t row_bytes, int64_t rows, int64_t k,
-                     const float *__restrict__ x, int ntok, float *__restrict__ y, int accumulate,
-                     int lpr_log2, int wpr, int chunk)
+                     const float *__restrict__ x, const int8_t *__restrict__ xg, int ntok,
+                     float *__restrict__ y, int accumulate, int lpr_log2, int wpr, int chunk)
 {
     using Q = QT<T>;
     extern __shared__ __align__(128) int4 mv_smem[]; /* q [ntok][pitch] int8, s [ntok][pitch / 32] */
@@ -151,8 +153,7 @@ __global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_
     y += t0 * rows;
     int pitch = (chunk + 127) & ~127;
     int8_t *xq8 = (int8_t *)mv_smem;
-    uint2 *xs = (uint2 *)(xq8 + ntok * pitch);
-    tdm_xq xq = {xq8, xs, pitch};
+    const tdm_xq xq = {xq8, (const uint2 *)(xq8 + ntok * pitch), pitch};
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, lpr = 1 << lpr_log2;
     int sub = (warp % wpr) * lpr + (lane & (lpr - 1)), nsub = lpr * wpr;
     int rows_group = (32 >> lpr_log2) * R; /* rows of one group of wpr warps */
@@ -162,6 +163,12 @@ __global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_
     int64_t first = (int64_t)blockIdx.x * tile_rows;
     tdm_prefetch_l2(w + first * row_bytes, (rows - first < tile_rows ? rows - first : tile_rows) * row_bytes);
     tdm_pdl_enter(); /* x is the previous kernel's */
+    if (XG) { /* the layout of tdm_xq_fill's, so a copy (16-byte multiples) */
+        const int n16 = (pitch + pitch / 32 * 8) / 16;
+        for (int i = threadIdx.x; i < n16; i += blockDim.x)
+            mv_smem[i] = ((const int4 *)xg)[i];
+        __syncthreads();
+    }
     for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         int64_t row0 = tile * tile_rows + (warp / wpr) * rows_group + (lane >> lpr_log2) * R;
         int nrows = rows - row0 < R ? (int)(rows - row0) : R;
@@ -174,9 +181,9 @@ __global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_
         for (int c = 0; c < nchunks; c++) {
             int64_t k0 = (int64_t)c * chunk;
             int n = k - k0 < chunk ? (int)(k - k0) : chunk;
-            if (nchunks > 1 || tile == blockIdx.x) { /* one chunk: x stays for every tile */
+            if (!XG && (nchunks > 1 || tile == blockIdx.x)) { /* one chunk: x stays for every tile */
                 __syncthreads();
-                tdm_xq_fill(xq8, xs, pitch, x, k, ntok, k0, n);
+                tdm_xq_fill(xq8, (uint2 *)(xq8 + ntok * pitch), pitch, x, k, ntok, k0, n);
                 __syncthreads();
             }
             if (nrows > 0)
@@ -203,6 +210,7 @@ typedef struct mv_plan {
     const uint8_t *w;
     int64_t row_bytes, rows, k;
     const float *x;
+    const int8_t *xq; /* x's int8 copy (one token) or NULL */
     int ntok; /* tokens of one group (<= TDM_GPU_MATVEC_MAX_TOK): picks the bucket */
     float *y;
     int acc, wpr, rpw;
@@ -217,10 +225,11 @@ typedef struct mv_plan {
     e = tdm_launch(g, matvec_f_kernel<T, NT, R>, dim3(tdm_cdiv(p->rows, (MVF_WARPS / p->wpr) * R), p->groups), \
                    dim3(MVF_WARPS * 32), 0, p->w, p->row_bytes, p->rows, (int)(p->k / 8), p->x,   \
                    p->all_tok, p->y, p->acc, p->wpr)
-#define MVQ_LAUNCH(NT, R)                                                                     \
-    e = tdm_launch(g, matvec_q8_kernel<T, NT, R>, dim3(p->grid, p->groups), dim3(MVQ_WARPS * 32), \
-                   p->smem, p->w, p->row_bytes, p->rows, p->k, p->x, p->all_tok, p->y, p->acc,    \
-                   p->lpr_log2, p->wpr, p->chunk)
+#define MVQ_LAUNCH(NT, R) MVQ_LAUNCH_X(NT, R, false)
+#define MVQ_LAUNCH_X(NT, R, XG)                                                               \
+    e = tdm_launch(g, matvec_q8_kernel<T, NT, R, XG>, dim3(p->grid, p->groups), dim3(MVQ_WARPS * 32), \
+                   p->smem, p->w, p->row_bytes, p->rows, p->k, p->x, p->xq, p->all_tok, p->y,     \
+                   p->acc, p->lpr_log2, p->wpr, p->chunk)
 /* token buckets 1, 2, 4, 8; R = 2 only from 3 tokens on */
 #define MV_BUCKETS(L)                                                                         \
     do {                                                                                      \
@@ -238,11 +247,13 @@ typedef struct mv_plan {
             L(8, 2);                                                                          \
     } while (0)
 
-/* Fills the int8 path's shape: chunk of k held in shared memory, lanes per
- * row, warps per row, grid. */
+/* Fills the int8 path's shape: chunk of k held in shared memory (all of k
+ * when x's int8 copy is given), lanes per row, warps per row, grid. */
 template <int T> static void plan_q8(mv_plan *p, const tdm_gpu_tuning *tu, int sm_count)
 {
-    int64_t cap = MV_XQ_ELEMS / p->ntok / 256 * 256; /* chunks end on block boundaries */
+    if (p->k > MV_XQ_ELEMS) /* a copy too long for shared memory: quantise x in chunks */
+        p->xq = NULL;
+    int64_t cap = p->xq ? p->k : MV_XQ_ELEMS / p->ntok / 256 * 256; /* chunks end on block boundaries */
     p->chunk = (int)(p->k <= cap ? p->k : cap);
     int units = p->chunk / QT<T>::UNIT;
     p->lpr_log2 = 0;
@@ -257,6 +268,8 @@ template <int T> static void plan_q8(mv_plan *p, const tdm_gpu_tuning *tu, int s
     int64_t tiles = (p->rows + tile - 1) / tile, cap_grid = (int64_t)sm_count * MVQ_BLOCKS_PER_SM;
     p->grid = (unsigned)(tiles < cap_grid ? tiles : cap_grid);
     size_t pitch = ((size_t)p->chunk + 127) & ~(size_t)127; /* as in the kernel */
+    /* with a copy given too: it is staged there (a kernel launched with no
+     * dynamic shared memory lost 15% of the decode step under PDL) */
     p->smem = p->ntok * pitch + p->ntok * (pitch / 32) * sizeof(uint2);
 }
 
@@ -265,7 +278,10 @@ template <int T> static cudaError_t launch_matvec(const tdm_gpu *g, mv_plan *p)
     cudaError_t e;
     if constexpr (QT<T>::I8) {
         plan_q8<T>(p, &g->tune, g->sm_count);
-        MV_BUCKETS(MVQ_LAUNCH);
+        if (p->xq)
+            MVQ_LAUNCH_X(1, 1, true);
+        else
+            MV_BUCKETS(MVQ_LAUNCH);
     } else {
         p->wpr = g->tune.matvec_wpr ? g->tune.matvec_wpr
                                     : auto_wpr((p->rows + p->rpw - 1) / p->rpw, (int)(p->k / 8), g->sm_count);
@@ -296,7 +312,7 @@ static tdm_status check_weights(tdm_qtype wt, const void *w, int64_t rows, int64
 }
 
 extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows,
-                                     int64_t k, const float *x, int ntok, float *y,
+                                     int64_t k, const float *x, const void *xq, int ntok, float *y,
                                      bool accumulate, tdm_error *err)
 {
     int64_t row_bytes = 0;
@@ -308,11 +324,13 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
                 65535 * TDM_GPU_MATVEC_MAX_TOK);
     TDM_REQUIRE(err, x && y, "gpu matvec: NULL activation or output");
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu matvec: x must be 16-byte aligned");
+    TDM_REQUIRE(err, !xq || (ntok == 1 && ((uintptr_t)xq & 15) == 0 && k <= INT32_MAX / 2),
+                "gpu matvec: an int8 copy of x serves one token (ntok=%d) and must be 16-byte aligned", ntok);
     /* 2 rows per lane from 3 tokens on, for large matrices only: it halves the
      * activation loads (1.4-1.6x at 8 tokens on 2048x4096 .. 248320x2048) but
      * costs parallelism on expert-sized ones (measured, docs/GPU.md) */
     const int per = ntok < TDM_GPU_MATVEC_MAX_TOK ? ntok : TDM_GPU_MATVEC_MAX_TOK;
-    mv_plan p = {(const uint8_t *)w, row_bytes, rows, k, x, per, y, accumulate ? 1 : 0, 1, 1};
+    mv_plan p = {(const uint8_t *)w, row_bytes, rows, k, x, (const int8_t *)xq, per, y, accumulate ? 1 : 0, 1, 1};
     p.all_tok = ntok;
     p.groups = (unsigned)groups;
     p.rpw = per <= 2 ? 1
@@ -434,7 +452,7 @@ extern "C" tdm_status tdm_gpu_dequant_row_host(tdm_qtype wt, const void *src, fl
     return TDM_OK;
 }
 
-/* Test hook: the int8 decoders on the host, as floats d q - m per element. */
+/* Test hook: the int8 decoders on the host, as floats d (q - Z) - m per element. */
 template <int T> static void dequant_i8_row(const uint8_t *row, int64_t n, float *dst)
 {
     if constexpr (QT<T>::I8) {
@@ -447,7 +465,8 @@ template <int T> static void dequant_i8_row(const uint8_t *row, int64_t n, float
             for (int i = 0; i < QT<T>::NG; i++) {
                 float *o = dst + blk * QT<T>::BLK + 32 * QT<T>::group(ub, i);
                 for (int e = 0; e < 32; e++) {
-                    int q = (int8_t)(g[i].q[e / 4] >> (8 * (e % 4)));
+                    const uint32_t byte = (g[i].q[e / 4] >> (8 * (e % 4))) & 0xFF;
+                    const int q = QT<T>::ZERO ? (int)byte - QT<T>::ZERO : (int)(int8_t)byte;
                     o[e] = g[i].d[e / 16] * (float)q - g[i].m[e / 16];
                 }
             }
@@ -481,9 +500,40 @@ extern "C" void tdm_gpu_xq_host(const float *x, int64_t n, int8_t *q, float *dx)
     }
 }
 
+/* Test hook: ntok rows of k activations quantised as the kernels do, in the
+ * layout of their int8 activations (swizzle, half sums; tdm_gpu_xq8_bytes):
+ * what a norm writes as its int8 copy. Bytes past k stay as they were. */
+extern "C" tdm_status tdm_gpu_xq8_pack_host(const float *x, int64_t ntok, int64_t k, void *copy, tdm_error *err)
+{
+    TDM_REQUIRE(err, ntok > 0 && k > 0 && k % 32 == 0 && k <= (1 << 24), "gpu xq8 pack host: %lld x %lld",
+                (long long)ntok, (long long)k);
+    const int pitch = (int)((k + 127) & ~127);
+    int8_t *qs = (int8_t *)copy, *q = (int8_t *)malloc((size_t)k);
+    uint2 *s = (uint2 *)(qs + ntok * pitch);
+    float *dx = (float *)malloc(sizeof(float) * (size_t)(k / 32));
+    if (!q || !dx) {
+        free(q), free(dx);
+        return tdm_error_set(err, TDM_ERR_OOM, "gpu xq8 pack host: k=%lld", (long long)k);
+    }
+    for (int64_t t = 0; t < ntok; t++) {
+        tdm_gpu_xq_host(x + t * k, k, q, dx);
+        for (int64_t g = 0; g < k / 32; g++) {
+            int half[2] = {0, 0};
+            for (int e = 0; e < 32; e++) {
+                qs[t * pitch + tdm_xq_swz((int)(32 * g + e))] = q[32 * g + e];
+                half[e / 16] += q[32 * g + e];
+            }
+            s[t * (pitch / 32) + g] =
+                make_uint2(tdm_f32_bits(dx[g]), ((uint32_t)half[0] & 0xFFFFu) | (uint32_t)half[1] << 16);
+        }
+    }
+    free(q), free(dx);
+    return TDM_OK;
+}
+
 /* Test hook: one row's dot product on the int8 path, on the host: x
  * quantised as the kernels do, laid out as in their shared memory
- * (swizzle, half sums), then the kernels' own tdm_q8_rows_part. */
+ * (tdm_gpu_xq8_pack_host), then the kernels' own tdm_q8_rows_part. */
 template <int T> static void dot_i8_row(const uint8_t *row, int64_t k, const tdm_xq &xq, float *out)
 {
     if constexpr (QT<T>::I8) {
@@ -503,24 +553,17 @@ extern "C" tdm_status tdm_gpu_dot_i8_host(tdm_qtype wt, const void *row, int64_t
     TDM_REQUIRE(err, k > 0 && k % blk == 0 && k <= (1 << 24), "gpu int8 dot host: k=%lld",
                 (long long)k);
     int pitch = (int)((k + 127) & ~127);
-    int8_t *q = (int8_t *)malloc((size_t)k), *qs = (int8_t *)aligned_alloc(128, (size_t)pitch);
-    float *dx = (float *)malloc(sizeof(float) * (size_t)(k / 32));
-    uint2 *s = (uint2 *)malloc(sizeof(uint2) * (size_t)(pitch / 32));
-    if (!q || !qs || !dx || !s) {
-        free(q), free(qs), free(dx), free(s);
+    int8_t *qs = (int8_t *)aligned_alloc(128, (tdm_gpu_xq8_bytes(1, k) + 127) & ~(size_t)127);
+    if (!qs)
         return tdm_error_set(err, TDM_ERR_OOM, "gpu int8 dot host: k=%lld", (long long)k);
+    tdm_status st = tdm_gpu_xq8_pack_host(x, 1, k, qs, err);
+    if (st) {
+        free(qs);
+        return st;
     }
-    tdm_gpu_xq_host(x, k, q, dx);
-    for (int g = 0; g < k / 32; g++) {
-        int half[2] = {0, 0};
-        for (int e = 0; e < 32; e++) {
-            qs[tdm_xq_swz(32 * g + e)] = q[32 * g + e];
-            half[e / 16] += q[32 * g + e];
-        }
-        s[g] = make_uint2(tdm_f32_bits(dx[g]), ((uint32_t)half[0] & 0xFFFFu) | (uint32_t)half[1] << 16);
-    }
+    const uint2 *s = (const uint2 *)(qs + pitch);
     tdm_xq xq = {qs, s, pitch};
     TDM_QT_DISPATCH(wt, (dot_i8_row<QTYPE>((const uint8_t *)row, k, xq, out)));
-    free(q), free(qs), free(dx), free(s);
+    free(qs);
     return TDM_OK;
 }

@@ -2,7 +2,7 @@
  * weight format is a QT<type> with its block geometry and two decoders:
  * dq8() gives the float values of the 8 elements 8j..8j+7 of one block (unit
  * j; dequant-to-f16, the float-activation path of F32/F16/BF16), and, for the
- * quantised formats, dqi8() gives whole 32-element groups as int8 values with
+ * quantised formats, dqi8() gives whole 32-element groups as 8-bit quants with
  * per-16 scale and min (the dp4a path of the decode kernels). Every kernel
  * that reads weights goes through these, so a format is written once. The
  * helpers are __host__ __device__ so that the tests can check both decoders
@@ -16,13 +16,8 @@
 #include <string.h>
 
 #include "gpu_common.cuh"
+#include "gpu_xq.cuh"
 
-#define TDM_HD __host__ __device__ __forceinline__
-#ifdef __CUDA_ARCH__ /* unroll hints in __host__ __device__ code (host compilers warn) */
-#define TDM_UNROLL _Pragma("unroll")
-#else
-#define TDM_UNROLL
-#endif
 
 static __device__ const int8_t tdm_d_kv_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                      1,    13,   25,  38,  53,  69,  89,  113};
@@ -129,15 +124,6 @@ template <int N, bool WIDE = false> TDM_HD void tdm_ldw(const uint8_t *p, uint32
 
 /* ---- byte-parallel helpers (4 quants per 32-bit word) ---- */
 
-/* Per byte v in [0, 2^bits): the int8 v - 2^(bits-1). The xor gives the
- * two's complement in `bits` bits; the multiply copies its sign bit upwards
- * (per byte s * (2^(9-bits) - 2) < 256, so no carry crosses bytes). */
-TDM_HD uint32_t tdm_bias_bytes(uint32_t v, int bits)
-{
-    uint32_t top = 0x01010101u << (bits - 1), t = v ^ top;
-    return t | ((t & top) * ((0x100u >> (bits - 1)) - 2));
-}
-
 /* Bits 0..3 of h to bit 0 of bytes 0..3 (the four shifted copies of h,
  * at 0, 7, 14 and 21, do not overlap). */
 TDM_HD uint32_t tdm_spread4(uint32_t h) { return ((h & 0xFu) * 0x00204081u) & 0x01010101u; }
@@ -151,9 +137,12 @@ TDM_HD uint32_t tdm_lut_bytes(uint32_t v, const int8_t *kv)
     return r;
 }
 
-/* 32 consecutive weights of one block as int8 quants: weight i is
- * d[i / 16] * q_i - m[i / 16], bit for bit dq8's value (every product is
- * exact, gguf.md §2.5). q[j] holds elements 4j..4j+3, lowest byte first. */
+/* 32 consecutive weights of one block as 8-bit quants: weight i is
+ * d[i / 16] * (q_i - Z) - m[i / 16], bit for bit dq8's value (every product
+ * is exact, gguf.md §2.5), with Z the format's zero point (QI8::ZERO): the
+ * bytes are int8 where Z = 0, else unsigned (0..2Z-1), so the formats that
+ * store q + Z need no per-byte sign conversion. q[j] holds elements
+ * 4j..4j+3, lowest byte first. */
 struct tdm_qg {
     uint32_t q[8];
     float d[2], m[2];
@@ -219,10 +208,11 @@ template <> struct QT<TDM_Q_BF16> {
 /* Quantised formats: I8 = true. A unit is NG groups of 32 that one lane
  * decodes together (the groups sharing a load); group(u, i) is the i-th
  * group's index in the block; UNIT = 32 * NG elements. SPLIT: the two halves
- * of a group may have different scales; MIN: some m is nonzero. */
-template <int NG_, bool SPLIT_, bool MIN_> struct QI8 {
+ * of a group may have different scales; MIN: some m is nonzero; ZERO: the
+ * zero point Z of the quants (tdm_qg). */
+template <int NG_, bool SPLIT_, bool MIN_, int ZERO_ = 0> struct QI8 {
     static constexpr bool I8 = true, SPLIT = SPLIT_, MIN = MIN_;
-    static constexpr int NG = NG_, UNIT = 32 * NG_;
+    static constexpr int NG = NG_, UNIT = 32 * NG_, ZERO = ZERO_;
     static TDM_HD int group(int u, int i) { return NG_ * u + i; }
 };
 
@@ -235,7 +225,7 @@ TDM_HD void tdm_nibbles8(const uint8_t *qs, int j, int *n)
         n[i] = (q[i] >> shift) & 0xF;
 }
 
-template <> struct QT<TDM_Q_Q4_0> : QI8<1, false, false> {
+template <> struct QT<TDM_Q_Q4_0> : QI8<1, false, false, 8> {
     static constexpr int BLK = 32, BYTES = 18;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -248,8 +238,6 @@ template <> struct QT<TDM_Q_Q4_0> : QI8<1, false, false> {
     static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
     {
         tdm_nibbles32(b + 2, g->q);
-        for (int i = 0; i < 8; i++)
-            g->q[i] = tdm_bias_bytes(g->q[i], 4);
         float d = tdm_half_f32(tdm_ld16(b));
         tdm_qg_scales(g, d, d, 0.0f, 0.0f);
     }
@@ -273,7 +261,7 @@ template <> struct QT<TDM_Q_Q4_1> : QI8<1, false, true> {
     }
 };
 
-template <> struct QT<TDM_Q_Q5_0> : QI8<1, false, false> {
+template <> struct QT<TDM_Q_Q5_0> : QI8<1, false, false, 16> {
     static constexpr int BLK = 32, BYTES = 22;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -290,8 +278,6 @@ template <> struct QT<TDM_Q_Q5_0> : QI8<1, false, false> {
         tdm_ldw<1>(b + 2, &h);
         tdm_nibbles32(b + 6, g->q);
         tdm_high_bits32(h, g->q);
-        for (int i = 0; i < 8; i++)
-            g->q[i] = tdm_bias_bytes(g->q[i], 5);
         float d = tdm_half_f32(tdm_ld16(b));
         tdm_qg_scales(g, d, d, 0.0f, 0.0f);
     }
@@ -416,7 +402,7 @@ TDM_HD int tdm_q3k_scale(const uint8_t *s, int g)
     return (lo | (((s[8 + k] >> (2 * quarter)) & 3) << 4)) - 32;
 }
 
-template <> struct QT<TDM_Q_Q3_K> : QI8<1, true, false> {
+template <> struct QT<TDM_Q_Q3_K> : QI8<1, true, false, 4> {
     static constexpr int BLK = 256, BYTES = 110;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -435,36 +421,36 @@ template <> struct QT<TDM_Q_Q3_K> : QI8<1, true, false> {
         uint32_t w[8], hm[8];
         tdm_ldw<8>(b + 32 + 32 * (g8 >> 2), w);
         tdm_ldw<8>(b, hm);
-        for (int i = 0; i < 8; i++) {
-            uint32_t v = ((w[i] >> (2 * (g8 & 3))) & 0x03030303u) | (((hm[i] >> g8) & 0x01010101u) << 2);
-            g->q[i] = tdm_bias_bytes(v, 3);
-        }
+        for (int i = 0; i < 8; i++) /* a set high bit: q - 4 >= 0 */
+            g->q[i] = ((w[i] >> (2 * (g8 & 3))) & 0x03030303u) | (((hm[i] >> g8) & 0x01010101u) << 2);
         float d = tdm_half_f32(tdm_ld16(b + 108));
         tdm_qg_scales(g, d * (float)tdm_q3k_scale(b + 96, 2 * g8),
                       d * (float)tdm_q3k_scale(b + 96, 2 * g8 + 1), 0.0f, 0.0f);
     }
 };
 
-/* Q4_K / Q5_K 6-bit scale and min of sub-block k from the 12 scale bytes as
- * three words (ggml get_scale_min_k4). */
-TDM_HD void tdm_scale_min_k4(uint32_t s0, uint32_t s1, uint32_t s2, int k, int *sc, int *mn)
+/* Q4_K / Q5_K 6-bit scales and mins of the sub-blocks 2p and 2p + 1 (p < 4)
+ * from the 12 scale bytes as three words s[0..2] (ggml get_scale_min_k4),
+ * both at once: byte i of *sc and *mn is sub-block 2p + i's. */
+TDM_HD void tdm_scale_min_k4_pair(const uint32_t *s, int p, uint32_t *sc, uint32_t *mn)
 {
     /* both forms, then a select: the lanes of a warp decode different
      * sub-blocks, and a branch here would diverge */
-    int j = 8 * (k & 3);
-    uint32_t a = (s0 >> j) & 0xFF, b = (s1 >> j) & 0xFF, c = (s2 >> j) & 0xFF;
-    *sc = (int)(k < 4 ? a & 63 : (c & 0xF) | ((a >> 6) << 4));
-    *mn = (int)(k < 4 ? b & 63 : (c >> 4) | ((b >> 6) << 4));
+    const int sh = 16 * (p & 1);
+    const uint32_t a = s[0] >> sh, b = s[1] >> sh, c = s[2] >> sh;
+    *sc = p < 2 ? a & 0x3F3Fu : (c & 0x0F0Fu) | ((a >> 2) & 0x3030u);
+    *mn = p < 2 ? b & 0x3F3Fu : ((c >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
 }
 
-/* Scale d * sc and min dmin * mn of sub-block k of a Q4_K/Q5_K block whose
- * first 16 bytes are hdr (d, dmin, 12 scale bytes). */
-TDM_HD void tdm_k4_scale(const uint32_t *hdr, int k, float *d1, float *m1)
+/* Scales d * sc and mins dmin * mn of the sub-blocks 2p and 2p + 1 of a
+ * Q4_K/Q5_K block whose first 16 bytes are hdr (d, dmin, 12 scale bytes). */
+TDM_HD void tdm_k4_scales(const uint32_t *hdr, int p, float *d, float *m)
 {
-    int sc, mn;
-    tdm_scale_min_k4(hdr[1], hdr[2], hdr[3], k, &sc, &mn);
-    *d1 = tdm_half_f32((uint16_t)hdr[0]) * (float)sc;
-    *m1 = tdm_half_f32((uint16_t)(hdr[0] >> 16)) * (float)mn;
+    uint32_t sc, mn;
+    tdm_scale_min_k4_pair(hdr + 1, p, &sc, &mn);
+    const float dd = tdm_half_f32((uint16_t)hdr[0]), dm = tdm_half_f32((uint16_t)(hdr[0] >> 16));
+    d[0] = dd * (float)(sc & 0xFFu), d[1] = dd * (float)(sc >> 8);
+    m[0] = dm * (float)(mn & 0xFFu), m[1] = dm * (float)(mn >> 8);
 }
 
 TDM_HD void tdm_k4_header(const uint8_t *b, uint32_t *hdr)
@@ -478,12 +464,12 @@ template <> struct QT<TDM_Q_Q4_K> : QI8<2, false, true> {
     {
         uint32_t hdr[4];
         tdm_k4_header(b, hdr);
-        float d1, m1;
-        tdm_k4_scale(hdr, j >> 2, &d1, &m1);
+        float d[2], m[2];
+        tdm_k4_scales(hdr, j >> 3, d, m);
         const uint8_t *q = b + 16 + 32 * (j >> 3) + (j & 3) * 8;
-        int shift = ((j >> 2) & 1) * 4;
+        const int hi = (j >> 2) & 1;
         for (int i = 0; i < 8; i++)
-            y[i] = d1 * (float)((q[i] >> shift) & 0xF) - m1;
+            y[i] = d[hi] * (float)((q[i] >> (4 * hi)) & 0xF) - m[hi];
     }
     /* unit u: sub-blocks 2u (low nibbles) and 2u + 1 (high) of qs[32u..32u+31] */
     static TDM_HD void dqi8(const uint8_t *b, int u, tdm_qg *g)
@@ -491,12 +477,12 @@ template <> struct QT<TDM_Q_Q4_K> : QI8<2, false, true> {
         uint32_t hdr[4], w[8];
         tdm_k4_header(b, hdr);
         tdm_ldw<8, true>(b + 16 + 32 * u, w);
+        float d[2], m[2];
+        tdm_k4_scales(hdr, u, d, m);
         for (int i = 0; i < 2; i++) {
             for (int j = 0; j < 8; j++)
                 g[i].q[j] = (w[j] >> (4 * i)) & 0x0F0F0F0Fu;
-            float d1, m1;
-            tdm_k4_scale(hdr, 2 * u + i, &d1, &m1);
-            tdm_qg_scales(&g[i], d1, d1, m1, m1);
+            tdm_qg_scales(&g[i], d[i], d[i], m[i], m[i]);
         }
     }
 };
@@ -507,15 +493,14 @@ template <> struct QT<TDM_Q_Q5_K> : QI8<2, false, true> {
     {
         uint32_t hdr[4];
         tdm_k4_header(b, hdr);
-        int k = j >> 2;
-        float d1, m1;
-        tdm_k4_scale(hdr, k, &d1, &m1);
+        const int k = j >> 2, hi = k & 1;
+        float d[2], m[2];
+        tdm_k4_scales(hdr, k >> 1, d, m);
         int l0 = (j & 3) * 8;
         const uint8_t *q = b + 48 + 32 * (j >> 3) + l0, *qh = b + 16 + l0;
-        int shift = (k & 1) * 4;
         for (int i = 0; i < 8; i++) {
-            int n = ((q[i] >> shift) & 0xF) + (((qh[i] >> k) & 1) << 4);
-            y[i] = d1 * (float)n - m1;
+            int n = ((q[i] >> (4 * hi)) & 0xF) + (((qh[i] >> k) & 1) << 4);
+            y[i] = d[hi] * (float)n - m[hi];
         }
     }
     /* as Q4_K, plus bit k of qh[l] for element l of sub-block k */
@@ -525,18 +510,18 @@ template <> struct QT<TDM_Q_Q5_K> : QI8<2, false, true> {
         tdm_k4_header(b, hdr);
         tdm_ldw<8, true>(b + 48 + 32 * u, w);
         tdm_ldw<8, true>(b + 16, h);
+        float d[2], m[2];
+        tdm_k4_scales(hdr, u, d, m);
         for (int i = 0; i < 2; i++) {
             int k = 2 * u + i;
             for (int j = 0; j < 8; j++)
                 g[i].q[j] = ((w[j] >> (4 * i)) & 0x0F0F0F0Fu) | (((h[j] >> k) & 0x01010101u) << 4);
-            float d1, m1;
-            tdm_k4_scale(hdr, k, &d1, &m1);
-            tdm_qg_scales(&g[i], d1, d1, m1, m1);
+            tdm_qg_scales(&g[i], d[i], d[i], m[i], m[i]);
         }
     }
 };
 
-template <> struct QT<TDM_Q_Q6_K> : QI8<2, true, false> {
+template <> struct QT<TDM_Q_Q6_K> : QI8<2, true, false, 32> {
     static constexpr int BLK = 256, BYTES = 210;
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -560,10 +545,8 @@ template <> struct QT<TDM_Q_Q6_K> : QI8<2, true, false> {
         float d = tdm_half_f32(tdm_ld16(b + 208));
         for (int i = 0; i < 2; i++) {
             int quarter = (u & 1) + 2 * i;
-            for (int j = 0; j < 8; j++) {
-                uint32_t v = ((w[j] >> (4 * i)) & 0x0F0F0F0Fu) | (((qh[j] >> (2 * quarter)) & 0x03030303u) << 4);
-                g[i].q[j] = tdm_bias_bytes(v, 6);
-            }
+            for (int j = 0; j < 8; j++)
+                g[i].q[j] = ((w[j] >> (4 * i)) & 0x0F0F0F0Fu) | (((qh[j] >> (2 * quarter)) & 0x03030303u) << 4);
             uint32_t sc = tdm_ld16(b + 192 + 8 * h + 2 * quarter);
             tdm_qg_scales(&g[i], d * (float)(int8_t)(sc & 0xFF), d * (float)(int8_t)(sc >> 8), 0.0f,
                           0.0f);
@@ -666,142 +649,51 @@ __device__ __forceinline__ void tdm_rows_dot_part(const uint8_t *row, int64_t ro
     }
 }
 
-/* ---- int8-activation path (every quantised format) ----
- * Activations are quantised per 32 elements: dx = amax / 127, q = rint(x *
- * (127 / amax)), both divisions correctly rounded and the product a single
- * binary32 multiply, so the host (tdm_gpu_xq_host) reproduces them bit for
- * bit. Groups with amax < TDM_XQ_TINY become zeros; a NaN makes dx NaN. */
-#define TDM_XQ_TINY 1e-30f
-
-TDM_HD float tdm_xq_scale(float amax)
+/* c + the dot product of the four bytes of a (int8, or unsigned where U)
+ * and of b (int8). */
+template <bool U> TDM_HD int tdm_dp4a(uint32_t a, int b, int c)
 {
 #ifdef __CUDA_ARCH__
-    return __fdiv_rn(amax, 127.0f);
-#else
-    return amax / 127.0f;
-#endif
-}
-
-TDM_HD float tdm_xq_inv(float amax)
-{
-#ifdef __CUDA_ARCH__
-    return amax >= TDM_XQ_TINY ? __fdiv_rn(127.0f, amax) : 0.0f;
-#else
-    return amax >= TDM_XQ_TINY ? 127.0f / amax : 0.0f;
-#endif
-}
-
-TDM_HD int tdm_xq_round(float x, float inv)
-{
-#ifdef __CUDA_ARCH__
-    return __float2int_rn(__fmul_rn(x, inv));
-#else
-    return (int)rintf(x * inv);
-#endif
-}
-
-/* max that keeps a NaN (fmaxf would drop it) */
-TDM_HD float tdm_max_nan(float a, float b) { return (a > b || a != a) ? a : b; }
-
-/* One block's int8 activations for a chunk of k, in shared memory:
- * q [rows][pitch] int8 (pitch: the chunk rounded up to 128 bytes; each row
- * swizzled on its own, tdm_xq_swz), s [rows][pitch / 32] = {dx bits, sum of
- * the group's quants over elements 0..15 (low 16 bits) and 16..31 (high 16
- * bits)}; rows are tokens (matvec) or selections (MoE down). Because the
- * swizzle is per row, {q + r * pitch, s + r * (pitch / 32), pitch} is again
- * a valid tdm_xq holding row r alone (the MoE down kernel's per-selection
- * views). */
-struct tdm_xq {
-    const int8_t *q;
-    const uint2 *s;
-    int pitch;
-};
-
-/* Byte offset of element o of one row from the row's start: the 16-byte
- * chunks of each 128 bytes are xor-swizzled so that the 8 lanes of a quarter
- * warp, reading the groups of 8 consecutive units, hit distinct banks. The
- * key is the position within the row, never the row: rows start at
- * multiples of 128 bytes, so adding r * pitch outside the swizzle keeps the
- * banks, and a row read through a view starting at it finds what was
- * written (a swizzle of r * pitch + o would differ for r * pitch not a
- * multiple of 1024). */
-TDM_HD int tdm_xq_swz(int o)
-{
-    int c = o >> 4;
-    return ((c ^ ((c >> 3) & 7)) << 4) | (o & 15);
-}
-
-/* Quantises x[r * xs + k0 .. + n) for r < nrows into (q, s); n is a multiple
- * of 32, x + k0 16-byte aligned. Every thread of the block must call it: 8
- * lanes per group, 4 elements each; unrolled so that several rows' loads
- * are in flight. */
-__device__ __forceinline__ void tdm_xq_fill(int8_t *q, uint2 *s, int pitch, const float *x, int64_t xs,
-                                            int nrows, int64_t k0, int n)
-{
-    int per_row = n / 4, total = nrows * per_row;
-#pragma unroll 4
-    for (int base = 0; base < total; base += blockDim.x) {
-        int i = base + threadIdx.x;
-        bool ok = i < total; /* a group's 8 lanes agree: per_row is a multiple of 8 */
-        int r = 0;
-        if (nrows > 1 && ok) /* one row (nrows is uniform) needs no division */
-            r = i / per_row;
-        int e = ok ? 4 * (i - r * per_row) : 0;
-        float4 v = ok ? __ldg((const float4 *)(x + r * xs + k0 + e)) : make_float4(0, 0, 0, 0);
-        float amax = tdm_max_nan(tdm_max_nan(fabsf(v.x), fabsf(v.y)), tdm_max_nan(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-        for (int o = 1; o < 8; o <<= 1)
-            amax = tdm_max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        float inv = tdm_xq_inv(amax);
-        int q0 = tdm_xq_round(v.x, inv), q1 = tdm_xq_round(v.y, inv), q2 = tdm_xq_round(v.z, inv),
-            q3 = tdm_xq_round(v.w, inv);
-        int sum = q0 + q1 + q2 + q3;
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        int upper = __shfl_xor_sync(0xffffffffu, sum, 4); /* the other half's sum */
-        if (ok) {
-            *(uint32_t *)(q + r * pitch + tdm_xq_swz(e)) =
-                (uint32_t)(q0 & 0xFF) | (uint32_t)(q1 & 0xFF) << 8 | (uint32_t)(q2 & 0xFF) << 16 |
-                (uint32_t)q3 << 24;
-            if ((e & 31) == 0)
-                s[r * (pitch / 32) + e / 32] =
-                    make_uint2(__float_as_uint(tdm_xq_scale(amax)),
-                               ((uint32_t)sum & 0xFFFFu) | (uint32_t)upper << 16);
-        }
+    if constexpr (U) {
+        int d;
+        asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+        return d;
+    } else {
+        return __dp4a((int)a, b, c);
     }
-}
-
-TDM_HD int tdm_dp4a(uint32_t a, int b, int c)
-{
-#ifdef __CUDA_ARCH__
-    return __dp4a((int)a, b, c);
 #else
-    for (int i = 0; i < 4; i++)
-        c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)((uint32_t)b >> (8 * i));
+    for (int i = 0; i < 4; i++) {
+        const uint32_t ab = (a >> (8 * i)) & 0xFF;
+        c += (U ? (int)ab : (int)(int8_t)ab) * (int)(int8_t)((uint32_t)b >> (8 * i));
+    }
     return c;
 #endif
 }
 
 /* Weight group g times the activation group (xa: elements 0..15, xb:
- * 16..31, s its scale and half sums): dx (d0 s0 + d1 s1 - m0 x0 - m1 x1). */
+ * 16..31, s its scale and half sums x0, x1): dx (d0 s0 + d1 s1 - m0 x0 -
+ * m1 x1), where s0 and s1, the halves' integer dot products, start from
+ * -Z x0 and -Z x1 (the zero point; exact, so the sums equal those of the
+ * signed quants bit for bit). */
 template <int T> TDM_HD float tdm_qg_dot(const tdm_qg &g, int4 xa, int4 xb, uint2 s)
 {
-    int s0 = tdm_dp4a(g.q[0], xa.x, 0), s1 = tdm_dp4a(g.q[4], xb.x, 0);
-    s0 = tdm_dp4a(g.q[1], xa.y, s0);
-    s1 = tdm_dp4a(g.q[5], xb.y, s1);
-    s0 = tdm_dp4a(g.q[2], xa.z, s0);
-    s1 = tdm_dp4a(g.q[6], xb.z, s1);
-    s0 = tdm_dp4a(g.q[3], xa.w, s0);
-    s1 = tdm_dp4a(g.q[7], xb.w, s1);
+    constexpr int Z = QT<T>::ZERO;
+    constexpr bool U = Z != 0;
+    const int x0 = (int)(short)(s.y & 0xFFFFu), x1 = (int)s.y >> 16;
+    int s0 = tdm_dp4a<U>(g.q[0], xa.x, -Z * x0), s1 = tdm_dp4a<U>(g.q[4], xb.x, -Z * x1);
+    s0 = tdm_dp4a<U>(g.q[1], xa.y, s0);
+    s1 = tdm_dp4a<U>(g.q[5], xb.y, s1);
+    s0 = tdm_dp4a<U>(g.q[2], xa.z, s0);
+    s1 = tdm_dp4a<U>(g.q[6], xb.z, s1);
+    s0 = tdm_dp4a<U>(g.q[3], xa.w, s0);
+    s1 = tdm_dp4a<U>(g.q[7], xb.w, s1);
     float v;
     if (QT<T>::SPLIT)
         v = g.d[0] * (float)s0 + g.d[1] * (float)s1;
     else
         v = g.d[0] * (float)(s0 + s1);
-    if (QT<T>::MIN) {
-        int x0 = (int)(short)(s.y & 0xFFFFu), x1 = (int)s.y >> 16;
+    if (QT<T>::MIN)
         v -= QT<T>::SPLIT ? g.m[0] * (float)x0 + g.m[1] * (float)x1 : g.m[0] * (float)(x0 + x1);
-    }
     return tdm_bits_f32(s.x) * v;
 }
 

@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 /* A row decoded through the int8 decoders (dqi8) of a quantised format, as
- * the floats d q - m; must equal tdm_dequant_row bit for bit. */
+ * the floats d (q - Z) - m; must equal tdm_dequant_row bit for bit. */
 tdm_status tdm_gpu_dequant_i8_row_host(tdm_qtype wt, const void *src, float *dst, int64_t n,
                                        tdm_error *err);
 
@@ -22,6 +22,10 @@ tdm_status tdm_gpu_dequant_i8_row_host(tdm_qtype wt, const void *src, float *dst
  * q[i] and the scale dx[i / 32] of each group of 32, bit for bit as on the
  * device; the kernels multiply the weights by q[i] * dx[i / 32]. */
 void tdm_gpu_xq_host(const float *x, int64_t n, int8_t *q, float *dx);
+
+/* ntok rows of k activations (k a multiple of 32) as the int8 copy a norm
+ * writes (tdm_gpu_xq8_bytes bytes at copy; bytes past each row's k untouched). */
+tdm_status tdm_gpu_xq8_pack_host(const float *x, int64_t ntok, int64_t k, void *copy, tdm_error *err);
 
 /* One row's dot product with x on the int8 path (the kernels' quantisation,
  * shared-memory layout and tdm_q8_rows_part, run on the host). */

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "gpu_test_hooks.h"
 #include "gpu_testutil.h"
 
 static double *dalloc(size_t n)
@@ -49,11 +50,32 @@ static void run_rmsnorm(int64_t rows, int64_t n, int64_t stride, bool gated)
     int64_t total = rows * (gated ? n : stride);
     float *dx = dev_upload(x, sizeof(float) * total), *dw = dev_upload(w, sizeof(float) * n);
     float *dz = dev_upload(z, sizeof(float) * rows * n), *dy = dev_poisoned(total);
+    /* with n a multiple of 32 also the int8 copy: rows of `group` norm rows
+     * (plain: 1), equal byte for byte to the kernels' quantisation of y */
+    const int64_t group = gated && rows % 4 == 0 ? 4 : 1, qk = group * n, qrows = rows / group;
+    const bool copy = n % 32 == 0 && (gated || stride == n);
+    const size_t qbytes = tdm_gpu_xq8_bytes(qrows, qk);
+    void *dq = copy ? dev_alloc(qbytes) : NULL;
+    if (copy)
+        GPU_OK(tdm_gpu_memset(g_gpu, dq, 0xA5, qbytes, ERR));
     if (gated)
-        GPU_OK(tdm_gpu_rmsnorm_gated(g_gpu, dx, dz, dw, dy, rows, n, 1e-6f, ERR));
+        GPU_OK(tdm_gpu_rmsnorm_gated(g_gpu, dx, dz, dw, dy, dq, rows, n, group, 1e-6f, ERR));
     else
-        GPU_OK(tdm_gpu_rmsnorm(g_gpu, dx, dw, dy, rows, n, stride, 1e-6f, ERR));
+        GPU_OK(tdm_gpu_rmsnorm(g_gpu, dx, dw, dy, dq, rows, n, stride, 1e-6f, ERR));
     float *y = dev_download_f32(dy, total);
+    if (copy) {
+        uint8_t *got = malloc(qbytes), *want = malloc(qbytes);
+        assert_non_null(got);
+        assert_non_null(want);
+        GPU_OK(tdm_gpu_download(g_gpu, got, dq, qbytes, ERR));
+        memset(want, 0xA5, qbytes);
+        GPU_OK(tdm_gpu_xq8_pack_host(y, qrows, qk, want, ERR));
+        if (memcmp(got, want, qbytes) != 0)
+            fail_msg("%s %lldx%lld: the int8 copy differs from the quantised output", gated ? "rmsnorm_gated" : "rmsnorm",
+                     (long long)rows, (long long)n);
+        free(got), free(want);
+        dev_free(dq);
+    }
     /* the gap between rows (stride > n) must stay poisoned */
     for (int64_t r = 0; r < rows && !gated; r++)
         for (int64_t i = n; i < stride; i++) {
@@ -83,6 +105,17 @@ static void test_rmsnorm(void **state)
     run_rmsnorm(2, 1020, 1020, false);
     run_rmsnorm(2, 2052, 2052, false);
     run_rmsnorm(3, 2048, 2048, true);
+    /* int8 copies past the register path, and of rows not filling 128 bytes */
+    run_rmsnorm(2, 2080, 2080, false);
+    run_rmsnorm(6, 96, 96, true);
+    /* a copy needs whole groups of 32 and whole rows of `group` */
+    tdm_error e = {0};
+    float *d = dev_poisoned(256);
+    void *q = dev_alloc(4096);
+    assert_int_equal(tdm_gpu_rmsnorm(g_gpu, d, d, d, q, 2, 33, 33, 1e-6f, &e), TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+    assert_int_equal(tdm_gpu_rmsnorm_gated(g_gpu, d, d, d, d, q, 3, 32, 2, 1e-6f, &e), TDM_ERR_INVALID);
+    dev_free(d), dev_free(q);
 }
 
 /* ---------------- attention inputs: q/k norms, RoPE, KV store ---------------- */

@@ -153,8 +153,24 @@ static void run_matvec_at(tdm_qtype t, int64_t rows, int64_t k, int ntok, bool a
     } else {
         dy = dev_poisoned(ny);
     }
-    GPU_OK(tdm_gpu_matvec(g_gpu, t, p.dw, rows, k, dx, ntok, dy, accumulate, ERR));
+    GPU_OK(tdm_gpu_matvec(g_gpu, t, p.dw, rows, k, dx, NULL, ntok, dy, accumulate, ERR));
     float *y = dev_download_f32(dy, ny);
+    if (ntok == 1 && k % 32 == 0) { /* x's int8 copy given (as a norm writes it): the same y, bit for bit */
+        const size_t qb = tdm_gpu_xq8_bytes(1, k);
+        void *hq = malloc(qb);
+        assert_non_null(hq);
+        memset(hq, 0, qb);
+        GPU_OK(tdm_gpu_xq8_pack_host(x, 1, k, hq, ERR));
+        void *dq = dev_upload(hq, qb);
+        float *dy2 = accumulate ? dev_upload(y0, sizeof(float) * ny) : dev_poisoned(ny);
+        GPU_OK(tdm_gpu_matvec(g_gpu, t, p.dw, rows, k, dx, dq, 1, dy2, accumulate, ERR));
+        float *y2 = dev_download_f32(dy2, ny);
+        if (memcmp(y, y2, sizeof(float) * ny) != 0)
+            fail_msg("matvec %s %lldx%lld: with x's int8 copy y differs", tdm_qtype_name(t), (long long)rows,
+                     (long long)k);
+        free(y2), free(hq);
+        dev_free(dq), dev_free(dy2);
+    }
     char what[96];
     snprintf(what, sizeof what, "matvec %s %lldx%lld ntok %d%s%s", tdm_qtype_name(t),
              (long long)rows, (long long)k, ntok, accumulate ? " acc" : "", off ? " unaligned" : "");
@@ -335,17 +351,22 @@ static void test_bad_input(void **state)
     tdm_error e = {0};
     float *dx = dev_poisoned(4096), *dy = dev_poisoned(4096);
     void *dw = dev_alloc(1 << 16);
-    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_IQ2_XXS, dw, 4, 256, dx, 1, dy, false, &e),
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_IQ2_XXS, dw, 4, 256, dx, NULL, 1, dy, false, &e),
                      TDM_ERR_UNSUPPORTED);
     printf("  %s\n", e.msg);
-    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 300, dx, 1, dy, false, &e),
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 300, dx, NULL, 1, dy, false, &e),
                      TDM_ERR_INVALID);
     printf("  %s\n", e.msg);
-    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx, 0, dy, false, &e),
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx, NULL, 0, dy, false, &e),
                      TDM_ERR_INVALID);
-    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, NULL, 4, 256, dx, 1, dy, false, &e),
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, NULL, 4, 256, dx, NULL, 1, dy, false, &e),
                      TDM_ERR_INVALID);
-    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx + 1, 1, dy, false, &e),
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx + 1, NULL, 1, dy, false, &e),
+                     TDM_ERR_INVALID);
+    /* an int8 copy of x serves one token, from an aligned address */
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx, dw, 2, dy, false, &e), TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+    assert_int_equal(tdm_gpu_matvec(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx, (char *)dw + 4, 1, dy, false, &e),
                      TDM_ERR_INVALID);
     assert_int_equal(tdm_gpu_matmul(g_gpu, TDM_Q_Q4_K, dw, 4, 256, dx, 2, dy, dw, 16, &e),
                      TDM_ERR_INVALID);
