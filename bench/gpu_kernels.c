@@ -100,7 +100,7 @@ static void moe_fn(void *c, int it)
     moe_ctx *m = c;
     const int32_t *ids = m->ids + (size_t)(it % m->n_sets) * m->k;
     const float *w = m->w + (size_t)(it % m->n_sets) * m->k;
-    CHECK(tdm_gpu_moe_gate_up(g, &m->L, m->x, ids, 1, m->k, m->h, &err));
+    CHECK(tdm_gpu_moe_gate_up(g, &m->L, m->x, NULL, ids, 1, m->k, m->h, &err));
     CHECK(tdm_gpu_moe_down(g, &m->L, m->h, ids, w, 1, m->k, NULL, m->y, true, &err));
 }
 

@@ -43,7 +43,7 @@ static void run_prefill(const layer_ctx *c)
 
 static void run_decode(const layer_ctx *c)
 {
-    CHECK(tdm_gpu_moe_gate_up(g, &c->L, c->x, c->ids, c->ntok, K, c->h, &err));
+    CHECK(tdm_gpu_moe_gate_up(g, &c->L, c->x, NULL, c->ids, c->ntok, K, c->h, &err));
     CHECK(tdm_gpu_moe_down(g, &c->L, c->h, c->ids, c->w, c->ntok, K, NULL, c->y, false, &err));
 }
 

@@ -1165,13 +1165,13 @@ static bool direct_batch(const tdm_forward_gpu *f, int32_t n)
 
 /* Layer il's routed experts: the fused kernels (or the grouped prompt path)
  * over the experts `table` holds, accumulated into f->x. */
-static tdm_status moe_run(tdm_forward_gpu *f, const tdm_gpu_moe_layer *moe, const int32_t *ids, const float *wts,
-                          int32_t n, int32_t k, tdm_error *err)
+static tdm_status moe_run(tdm_forward_gpu *f, const tdm_gpu_moe_layer *moe, const void *xq, const int32_t *ids,
+                          const float *wts, int32_t n, int32_t k, tdm_error *err)
 {
     if (moe_grouped(f, n, moe->gate_type)) /* prompt: grouped by expert */
         return tdm_gpu_moe_prefill(f->g, moe, f->xn, ids, wts, n, k, f->h, NULL, f->x, true, f->moe_scratch,
                                    f->moe_bytes, err);
-    TRY(tdm_gpu_moe_gate_up(f->g, moe, f->xn, ids, n, k, f->h, err));
+    TRY(tdm_gpu_moe_gate_up(f->g, moe, f->xn, xq, ids, n, k, f->h, err));
     return tdm_gpu_moe_down(f->g, moe, f->h, ids, wts, n, k, NULL, f->x, true, err);
 }
 
@@ -1195,7 +1195,7 @@ static tdm_status stream_layer(tdm_forward_gpu *f, const glayer *gl, int32_t il,
         moe.shared = NULL;
         for (int32_t t0 = 0; t0 < n; t0 += f->B) {
             span_view(f, t0);
-            TRY(moe_run(f, &moe, layer_ids(f, il), f->wts, n - t0 < f->B ? n - t0 : f->B, gl->k, err));
+            TRY(moe_run(f, &moe, NULL, layer_ids(f, il), f->wts, n - t0 < f->B ? n - t0 : f->B, gl->k, err));
         }
     }
     return TDM_OK;
@@ -1256,7 +1256,8 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
     const float *wts = f->ones;
     tdm_gpu_moe_layer moe = gl->moe; /* a one-token step may read the shared gate from the fused logits */
     tdm_gpu_shared_expert shared;
-    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->xn, NULL, n, d, d, hp->norm_eps, err));
+    void *xq = xq_for(f, n, d); /* for gate_up (the router products are F32) */
+    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
     if (L->ffn == TDM_FFN_MOE && fused(&gl->f_route, n, (size_t)f->B * hp->n_expert)) { /* router | shared gate */
         TRY(proj(f, &gl->f_route, f->xn, NULL, 1, f->rl, false, err));
         shared = gl->shared;
@@ -1300,7 +1301,7 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
             moe.direct = NULL;
         }
     }
-    return moe_run(f, &moe, ids, wts, n, k, err); /* a hand-off's merge or the stream follows */
+    return moe_run(f, &moe, xq, ids, wts, n, k, err); /* a hand-off's merge or the stream follows */
 }
 
 /* ---- driver ---- */

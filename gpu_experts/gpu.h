@@ -371,9 +371,11 @@ static inline size_t tdm_gpu_moe_h_bytes(int64_t h_stride, int64_t rows)
  * aligned, tdm_gpu_moe_h_bytes(tdm_gpu_moe_h_stride(L), ntok * (k + shared))
  * bytes, the floats [ntok][k + shared][h_stride] first. Both fused launches
  * multiply int8 activations (x, h) as tdm_gpu_matvec; h is quantised once,
- * by gate_up, into the buffer's int8 copy. */
+ * by gate_up, into the buffer's int8 copy. xq: NULL, or x's int8 copy from
+ * the norm that wrote x (one token; as tdm_gpu_matvec's xq: the blocks copy
+ * it instead of quantising x, n_embd <= 16384). */
 tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
-                               const int32_t *ids, int64_t ntok, int64_t k, float *h,
+                               const void *xq, const int32_t *ids, int64_t ntok, int64_t k, float *h,
                                tdm_error *err);
 
 /* ONE launch: y[t] = (accumulate ? y[t] : 0) + (add ? add[t] : 0)

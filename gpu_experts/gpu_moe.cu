@@ -169,8 +169,8 @@ struct moe_hq_out {
  * int8 activations, as one int8 group to h's int8 copy (GU_TILE = 32). */
 template <int T>
 __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
-    moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int32_t *__restrict__ ids,
-                       int k, int ntok, float *__restrict__ h, moe_hq_out hq)
+    moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int8_t *__restrict__ xg,
+                       const int32_t *__restrict__ ids, int k, int ntok, float *__restrict__ h, moe_hq_out hq)
 {
     extern __shared__ __align__(128) int4 moe_smem[]; /* q [pitch] int8, s [pitch / 32] */
     __shared__ float hv[GU_TILE];
@@ -213,7 +213,9 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
         for (int c = 0; c < nchunks; c++) {
             const bool end = c == nchunks - 1;
             const int k0 = c * chunk;
-            if (nchunks > 1 || p == 0) { /* one chunk: x stays for every pass */
+            if (xg && p == 0) { /* x's int8 copy (one token, one chunk) */
+                tdm_xq_copy(moe_smem, xg, pitch);
+            } else if (nchunks > 1 || p == 0) { /* one chunk: x stays for every pass */
                 __syncthreads();
                 tdm_xq_fill(xq8, xs, pitch, xt, 0, 1, k0, (end ? last : chunk) & ~31);
                 __syncthreads();
@@ -506,20 +508,25 @@ static moe_down_fn moe_down_of(const moe_args *a)
 static int moe_tile_of(const tdm_gpu *g) { return g->tune.moe_tile ? g->tune.moe_tile : DN_TILE; }
 
 extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
-                                          const int32_t *ids, int64_t ntok, int64_t k, float *h,
-                                          tdm_error *err)
+                                          const void *xq, const int32_t *ids, int64_t ntok, int64_t k,
+                                          float *h, tdm_error *err)
 {
     moe_args a;
     MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
     TDM_REQUIRE(err, x && ids && h, "gpu moe_gate_up: NULL argument");
-    TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0 && ((uintptr_t)h & 255) == 0,
-                "gpu moe_gate_up: x must be 16-byte and h 256-byte aligned");
+    TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0 && ((uintptr_t)h & 255) == 0 && ((uintptr_t)xq & 15) == 0,
+                "gpu moe_gate_up: x and its int8 copy must be 16-byte and h 256-byte aligned");
+    TDM_REQUIRE(err, !xq || ntok == 1, "gpu moe_gate_up: an int8 copy of x serves one token (ntok=%lld)",
+                (long long)ntok);
+    if (a.nchunks > 1) /* rows longer than a chunk: quantised chunk by chunk */
+        xq = NULL;
     const int nsel = (int)(ntok * (k + a.has_shared));
     dim3 grid(tdm_cdiv(a.h_stride, GU_TILE), (unsigned)nsel);
     size_t smem = (size_t)moe_pitch(a.chunk) / 32 * (32 + sizeof(uint2));
     const moe_hq_layout lay = moe_hq_of(nsel, a.h_stride);
     const moe_hq_out hq = {(int8_t *)h + lay.q_off, (uint2 *)((int8_t *)h + lay.s_off), lay.pitch};
-    TDM_LAUNCH(err, g, moe_gate_up_of(&a), grid, GU_WARPS * 32, smem, a, x, ids, (int)k, (int)ntok, h, hq);
+    TDM_LAUNCH(err, g, moe_gate_up_of(&a), grid, GU_WARPS * 32, smem, a, x, (const int8_t *)xq, ids, (int)k,
+               (int)ntok, h, hq);
     return TDM_OK;
 }
 

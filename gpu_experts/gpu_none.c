@@ -273,10 +273,10 @@ int64_t tdm_gpu_moe_h_stride(const tdm_gpu_moe_layer *L)
 }
 
 tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
-                               const int32_t *ids, int64_t ntok, int64_t k, float *h,
+                               const void *xq, const int32_t *ids, int64_t ntok, int64_t k, float *h,
                                tdm_error *err)
 {
-    (void)g, (void)L, (void)x, (void)ids, (void)ntok, (void)k, (void)h;
+    (void)g, (void)L, (void)x, (void)xq, (void)ids, (void)ntok, (void)k, (void)h;
     return NO_CUDA(err, "gpu moe_gate_up");
 }
 

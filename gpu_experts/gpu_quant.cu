@@ -163,12 +163,8 @@ __global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_
     int64_t first = (int64_t)blockIdx.x * tile_rows;
     tdm_prefetch_l2(w + first * row_bytes, (rows - first < tile_rows ? rows - first : tile_rows) * row_bytes);
     tdm_pdl_enter(); /* x is the previous kernel's */
-    if (XG) { /* the layout of tdm_xq_fill's, so a copy (16-byte multiples) */
-        const int n16 = (pitch + pitch / 32 * 8) / 16;
-        for (int i = threadIdx.x; i < n16; i += blockDim.x)
-            mv_smem[i] = ((const int4 *)xg)[i];
-        __syncthreads();
-    }
+    if (XG)
+        tdm_xq_copy(mv_smem, xg, pitch);
     for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         int64_t row0 = tile * tile_rows + (warp / wpr) * rows_group + (lane >> lpr_log2) * R;
         int nrows = rows - row0 < R ? (int)(rows - row0) : R;

@@ -129,6 +129,17 @@ __device__ __forceinline__ void tdm_xq_put32(float v, int8_t *q, uint2 *s, int g
         s[gi] = make_uint2(__float_as_uint(tdm_xq_scale(amax)), ((uint32_t)sum & 0xFFFFu) | (uint32_t)upper << 16);
 }
 
+/* Copies a row's int8 activations written by a producer kernel (src: its
+ * tdm_gpu_xq8_bytes(1, k) bytes, pitch = k rounded up to 128) into the
+ * block's shared memory (dst, the same layout), then syncs the block. */
+__device__ __forceinline__ void tdm_xq_copy(int4 *dst, const int8_t *src, int pitch)
+{
+    const int n16 = (pitch + pitch / 32 * 8) / 16; /* whole 16-byte words: pitch is a multiple of 128 */
+    for (int i = threadIdx.x; i < n16; i += blockDim.x)
+        dst[i] = ((const int4 *)src)[i];
+    __syncthreads();
+}
+
 /* Quantises x[r * xs + k0 .. + n) for r < nrows into (q, s); n is a multiple
  * of 32, x + k0 16-byte aligned. Every thread of the block must call it: 8
  * lanes per group, 4 elements each; unrolled so that several rows' loads

@@ -220,7 +220,25 @@ static void run_moe_tile(const moe_case *c)
     int32_t *dids = dev_upload(ids, sizeof(int32_t) * ntok * k);
     float *dw = dev_upload(wts, sizeof(float) * ntok * k), *dadd = dev_upload(add, sizeof(float) * ntok * D);
     float *dy = dev_upload(y0, sizeof(float) * ntok * D);
-    GPU_OK(tdm_gpu_moe_gate_up(g_gpu, &L, dx, dids, ntok, k, dh, ERR));
+    GPU_OK(tdm_gpu_moe_gate_up(g_gpu, &L, dx, NULL, dids, ntok, k, dh, ERR));
+    if (ntok == 1 && D % 32 == 0) { /* with x's int8 copy (as a norm writes it): the same h, bit for bit */
+        const size_t hbytes = tdm_gpu_moe_h_bytes(hs, ntok * nsel), qb = tdm_gpu_xq8_bytes(1, D);
+        void *hxq = calloc(1, qb);
+        assert_non_null(hxq);
+        GPU_OK(tdm_gpu_xq8_pack_host(x, 1, D, hxq, ERR));
+        void *dxq = dev_upload(hxq, qb);
+        float *dh2 = dev_poisoned(hbytes / sizeof(float));
+        GPU_OK(tdm_gpu_moe_gate_up(g_gpu, &L, dx, dxq, dids, ntok, k, dh2, ERR));
+        uint8_t *h1 = malloc(hbytes), *h2 = malloc(hbytes);
+        assert_non_null(h1);
+        assert_non_null(h2);
+        GPU_OK(tdm_gpu_download(g_gpu, h1, dh, hbytes, ERR));
+        GPU_OK(tdm_gpu_download(g_gpu, h2, dh2, hbytes, ERR));
+        if (memcmp(h1, h2, hbytes) != 0)
+            fail_msg("moe gate_up with x's int8 copy: h differs");
+        free(h1), free(h2), free(hxq);
+        dev_free(dxq), dev_free(dh2);
+    }
     GPU_OK(tdm_gpu_moe_down(g_gpu, &L, dh, dids, dw, ntok, k, dadd, dy, true, ERR));
     float *h = dev_download_f32(dh, ntok * nsel * hs), *y = dev_download_f32(dy, ntok * D);
 
@@ -404,7 +422,7 @@ static void test_moe_bad_input(void **state)
     tdm_gpu_expert_table tab = {d, 8, d, 64, 0, 0, 0};
     tdm_gpu_moe_layer L = {&tab, 0, TDM_Q_IQ2_XXS, TDM_Q_IQ2_XXS, TDM_Q_Q4_K, 256, 256, NULL};
     float *f = dev_poisoned(1024);
-    assert_int_equal(tdm_gpu_moe_gate_up(g_gpu, &L, f, d, 1, 2, f, &e), TDM_ERR_UNSUPPORTED);
+    assert_int_equal(tdm_gpu_moe_gate_up(g_gpu, &L, f, NULL, d, 1, 2, f, &e), TDM_ERR_UNSUPPORTED);
     printf("  %s\n", e.msg);
     L.gate_type = L.up_type = TDM_Q_Q4_K;
     L.n_ff = 100;
@@ -413,9 +431,9 @@ static void test_moe_bad_input(void **state)
     L.n_ff = 256;
     assert_int_equal(tdm_gpu_moe_down(g_gpu, &L, f + 4, d, f, 1, 2, NULL, f, false, &e), TDM_ERR_INVALID);
     printf("  %s\n", e.msg);
-    assert_int_equal(tdm_gpu_moe_gate_up(g_gpu, &L, f, d, 1, 9, f, &e), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_moe_gate_up(g_gpu, &L, f, NULL, d, 1, 9, f, &e), TDM_ERR_INVALID);
     L.table = NULL;
-    assert_int_equal(tdm_gpu_moe_gate_up(g_gpu, &L, f, d, 1, 2, f, &e), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_moe_gate_up(g_gpu, &L, f, NULL, d, 1, 2, f, &e), TDM_ERR_INVALID);
     GPU_OK(tdm_gpu_sync(g_gpu, ERR));
     dev_free(d);
     dev_free(f);

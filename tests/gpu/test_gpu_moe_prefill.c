@@ -411,7 +411,7 @@ static void run_case(const pcase *c)
      * prefill's by the sum of the two bounds (the decode one is mostly its
      * int8 activation rounding, header) */
     float *dh = dev_poisoned(tdm_gpu_moe_h_bytes(hs, ntok * (c->k + (c->shared ? 1 : 0))) / sizeof(float));
-    GPU_OK(tdm_gpu_moe_gate_up(g_gpu, &d.L, d.x, d.ids, ntok, c->k, dh, ERR));
+    GPU_OK(tdm_gpu_moe_gate_up(g_gpu, &d.L, d.x, NULL, d.ids, ntok, c->k, dh, ERR));
     float *hd = dev_download_f32(dh, nh);
     for (size_t i = 0; i < nh; i++)
         hb[i] += hdb[i];
