@@ -163,7 +163,8 @@ struct moe_hq_out {
 
 /* Block = GU_TILE rows of gate and up for one selection (a (token, rank)
  * pair or the shared expert). The block quantises the token's x into
- * shared memory (a chunk of n_embd at a time), then each warp computes one
+ * shared memory (a chunk of n_embd at a time; or copies xg, x's int8 copy
+ * from the norm, for one token in one chunk), then each warp computes one
  * row of gate and up per pass, its lanes splitting the row's units; the
  * block's silu(g) * u go to h and, when that selection's down weights take
  * int8 activations, as one int8 group to h's int8 copy (GU_TILE = 32). */

@@ -320,7 +320,7 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
                 65535 * TDM_GPU_MATVEC_MAX_TOK);
     TDM_REQUIRE(err, x && y, "gpu matvec: NULL activation or output");
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0, "gpu matvec: x must be 16-byte aligned");
-    TDM_REQUIRE(err, !xq || (ntok == 1 && ((uintptr_t)xq & 15) == 0 && k <= INT32_MAX / 2),
+    TDM_REQUIRE(err, !xq || (ntok == 1 && ((uintptr_t)xq & 15) == 0),
                 "gpu matvec: an int8 copy of x serves one token (ntok=%d) and must be 16-byte aligned", ntok);
     /* 2 rows per lane from 3 tokens on, for large matrices only: it halves the
      * activation loads (1.4-1.6x at 8 tokens on 2048x4096 .. 248320x2048) but

@@ -18,7 +18,6 @@
 #include "gpu_common.cuh"
 #include "gpu_xq.cuh"
 
-
 static __device__ const int8_t tdm_d_kv_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                      1,    13,   25,  38,  53,  69,  89,  113};
 static __device__ const int8_t tdm_d_kv_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12,
