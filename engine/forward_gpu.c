@@ -28,6 +28,12 @@ typedef struct dweight {
     int64_t rows, cols;
 } dweight;
 
+/* Products of one input uploaded back to back (up_group): a, then b (d NULL
+ * when all share a's type); a.d NULL when they could not be grouped. */
+typedef struct dgroup {
+    dweight a, b;
+} dgroup;
+
 typedef struct glayer {
     dweight attn_norm, post_norm;                     /* F32 [n_embd] */
     dweight wq, wk, wv, wo, q_norm, k_norm;           /* attention */
@@ -35,11 +41,11 @@ typedef struct glayer {
     dweight router, shexp_gate;
     dweight sh_gate, sh_up, sh_down;
     /* decode: products sharing an input, uploaded back to back so one launch
-     * covers them (d NULL when their types or widths differ) */
-    dweight f_qkv;   /* attention wq | wk | wv */
-    dweight f_dn;    /* DeltaNet qkv | z */
-    dweight f_ba;    /* DeltaNet beta | alpha */
-    dweight f_route; /* router | shared-expert gate */
+     * covers them (up_group) */
+    dgroup f_qkv;    /* attention wq | wk | wv */
+    dgroup f_dn;     /* DeltaNet qkv | z */
+    dgroup f_ba;     /* DeltaNet beta | alpha */
+    dgroup f_route;  /* router | shared-expert gate */
     tdm_gpu_expert_table table; /* routed experts (or the dense FFN as one expert) */
     tdm_gpu_shared_expert shared;
     tdm_gpu_moe_layer moe;
@@ -203,38 +209,55 @@ static tdm_status up_weight(tdm_forward_gpu *f, const tdm_weight *w, dweight *dw
     return TDM_OK;
 }
 
-/* Uploads n 2-D weights (data present) back to back when they share a type
- * and a width, so that one product covers them all (*fused); each one's dweight
- * views its rows. Otherwise each is uploaded on its own and fused->d is NULL. */
+/* Bytes of ws[0 .. i) back to back, rounded up to 256 when i reaches n (a
+ * run's end, where the next run starts). */
+static size_t group_offset(const tdm_weight *const *ws, int i, int n)
+{
+    size_t b = 0;
+    for (int j = 0; j < i; j++)
+        b += ws[j]->mat_bytes;
+    return i == n ? (b + 255) & ~(size_t)255 : b;
+}
+
+/* Uploads n 2-D weights (data present, one width) back to back when they
+ * form at most two runs of one type each, so that one product covers them
+ * all (*fused: fused->a the first run, fused->b the second or d NULL; the
+ * second starts 256-byte aligned); each one's dweight views its rows.
+ * Otherwise each is uploaded on its own and fused->a.d is NULL. */
 static tdm_status up_group(tdm_forward_gpu *f, const tdm_weight *const *ws, int n, dweight *const *outs,
-                           dweight *fused, tdm_error *err)
+                           dgroup *fused, tdm_error *err)
 {
     memset(fused, 0, sizeof *fused);
-    bool same = true;
-    size_t bytes = 0;
-    int64_t rows = 0;
+    bool ok = true;
+    int split = n; /* first member of the second run */
     for (int i = 0; i < n; i++) {
-        same = same && ws[i]->data && ws[i]->n_mat == 1 && ws[i]->type == ws[0]->type && ws[i]->cols == ws[0]->cols;
-        bytes += ws[i]->mat_bytes;
-        rows += ws[i]->rows;
+        ok = ok && ws[i]->data && ws[i]->n_mat == 1 && ws[i]->cols == ws[0]->cols &&
+             (ws[i]->type == TDM_Q_F32 || tdm_gpu_type_supported(ws[i]->type));
+        if (ok && split == n && ws[i]->type != ws[0]->type)
+            split = i;
+        ok = ok && ws[i]->type == ws[i < split ? 0 : split]->type;
     }
-    if (!same || (ws[0]->type != TDM_Q_F32 && !tdm_gpu_type_supported(ws[0]->type))) {
+    if (!ok) {
         for (int i = 0; i < n; i++)
             TRY(up_weight(f, ws[i], outs[i], err));
         return TDM_OK;
     }
+    const size_t lead = group_offset(ws, split, split); /* the second run's start */
+    const size_t bytes = lead + group_offset(ws + split, n - split, n - split);
     uint8_t *d;
     TRY(dalloc(f, bytes, &d, err));
-    size_t off = 0;
     for (int i = 0; i < n; i++) {
-        tdm_status st = tdm_gpu_upload(f->g, d + off, ws[i]->data, ws[i]->mat_bytes, err);
+        uint8_t *p = d + (i < split ? group_offset(ws, i, split) : lead + group_offset(ws + split, i - split, n - split));
+        tdm_status st = tdm_gpu_upload(f->g, p, ws[i]->data, ws[i]->mat_bytes, err);
         if (st)
             return tdm_error_wrap(err, "uploading %s", ws[i]->name);
-        *outs[i] = (dweight){d + off, ws[i]->type, ws[i]->rows, ws[i]->cols};
-        off += ws[i]->mat_bytes;
+        *outs[i] = (dweight){p, ws[i]->type, ws[i]->rows, ws[i]->cols};
+        dweight *run = i < split ? &fused->a : &fused->b;
+        if (!run->d)
+            *run = (dweight){p, ws[i]->type, 0, ws[i]->cols};
+        run->rows += ws[i]->rows;
     }
     f->weight_bytes += bytes;
-    *fused = (dweight){d, ws[0]->type, rows, ws[0]->cols};
     return TDM_OK;
 }
 
@@ -263,7 +286,7 @@ static tdm_status up_ba(tdm_forward_gpu *f, const tdm_weight *ba, glayer *gl, td
     f->weight_bytes += 2 * (size_t)Hv * rb;
     gl->beta = (dweight){d, ba->type, Hv, ba->cols};
     gl->alpha = (dweight){(const uint8_t *)d + (size_t)Hv * rb, ba->type, Hv, ba->cols};
-    gl->f_ba = (dweight){d, ba->type, 2 * Hv, ba->cols};
+    gl->f_ba = (dgroup){.a = {d, ba->type, 2 * Hv, ba->cols}};
     return TDM_OK;
 }
 
@@ -968,9 +991,24 @@ static void *xq_for(const tdm_forward_gpu *f, int32_t n, int64_t k)
 /* A one-token step runs a fused group as one product into dst, when the
  * group exists and its rows fit dst's cap floats (the [B][...] buffers hold
  * B rows of a batch; one token's fused rows need only one). */
-static bool fused(const dweight *g, int32_t n, size_t cap)
+static bool fused(const dgroup *g, int32_t n, size_t cap)
 {
-    return n == 1 && g->d && (size_t)g->rows <= cap;
+    return n == 1 && g->a.d && (size_t)(g->a.rows + g->b.rows) <= cap;
+}
+
+/* A fused group's one-token product into y: a's rows, then b's (one launch
+ * for a type pair with a kernel, tdm_gpu_matvec_pair). */
+static tdm_status proj_group(tdm_forward_gpu *f, const dgroup *g, const float *x, const void *xq, float *y,
+                             tdm_error *err)
+{
+    if (!g->b.d)
+        return proj(f, &g->a, x, xq, 1, y, false, err);
+    if (f->mm_min < 1) { /* one token takes the GEMM path too: a matrix at a time */
+        TRY(proj(f, &g->a, x, xq, 1, y, false, err));
+        return proj(f, &g->b, x, xq, 1, y + g->a.rows, false, err);
+    }
+    const tdm_gpu_mat a = {g->a.type, g->a.d, g->a.rows}, b = {g->b.type, g->b.d, g->b.rows};
+    return tdm_gpu_matvec_pair(f->g, &a, &b, g->a.cols, x, xq, y, false, err);
 }
 
 static tdm_status attention_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer *gl, int32_t n, int32_t pos0,
@@ -987,7 +1025,7 @@ static tdm_status attention_layer(tdm_forward_gpu *f, const tdm_layer *L, const 
     void *xq = xq_for(f, n, d);
     TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
     if (fused(&gl->f_qkv, n, (size_t)f->B * f->wide)) { /* p1 = q (| gate) | k | v */
-        TRY(proj(f, &gl->f_qkv, f->xn, xq, 1, f->p1, false, err));
+        TRY(proj_group(f, &gl->f_qkv, f->xn, xq, f->p1, err));
         in.k_src = f->p1 + gl->wq.rows;
         in.v_src = in.k_src + gl->wk.rows;
     } else {
@@ -1013,14 +1051,14 @@ static tdm_status deltanet_layer(tdm_forward_gpu *f, const tdm_layer *L, const g
     void *xq = xq_for(f, n, d);
     TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
     if (fused(&gl->f_dn, n, (size_t)f->B * f->wide)) { /* p1 = qkv | z */
-        TRY(proj(f, &gl->f_dn, f->xn, xq, 1, f->p1, false, err));
+        TRY(proj_group(f, &gl->f_dn, f->xn, xq, f->p1, err));
         z = f->p1 + gl->qkv.rows;
     } else {
         TRY(proj(f, &gl->qkv, f->xn, xq, n, f->p1, false, err));
         TRY(proj(f, &gl->z, f->xn, xq, n, z, false, err));
     }
     if (fused(&gl->f_ba, n, (size_t)f->B * Hv)) { /* beta | alpha */
-        TRY(proj(f, &gl->f_ba, f->xn, xq, 1, f->beta, false, err));
+        TRY(proj_group(f, &gl->f_ba, f->xn, xq, f->beta, err));
         alpha = f->beta + Hv;
     } else {
         TRY(proj(f, &gl->beta, f->xn, xq, n, f->beta, false, err));
@@ -1259,7 +1297,7 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
     void *xq = xq_for(f, n, d); /* for gate_up (the router products are F32) */
     TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
     if (L->ffn == TDM_FFN_MOE && fused(&gl->f_route, n, (size_t)f->B * hp->n_expert)) { /* router | shared gate */
-        TRY(proj(f, &gl->f_route, f->xn, NULL, 1, f->rl, false, err));
+        TRY(proj_group(f, &gl->f_route, f->xn, NULL, f->rl, err));
         shared = gl->shared;
         shared.gate_logit = f->rl + hp->n_expert;
         moe.shared = &shared;

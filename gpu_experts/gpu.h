@@ -162,6 +162,25 @@ tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows,
                           const float *x, const void *xq, int ntok, float *y, bool accumulate,
                           tdm_error *err);
 
+/* One matrix of tdm_gpu_matvec_pair: rows of k elements of type `type`. */
+typedef struct tdm_gpu_mat {
+    tdm_qtype type;
+    const void *w;
+    int64_t rows;
+} tdm_gpu_mat;
+
+/* One token through two matrices of the same input width k, e.g. attention
+ * q|k (Q4_K) and v (Q6_K) of a Q4_K_M file: y[0 .. a.rows) = A . x and
+ * y[a.rows .. a.rows + b.rows) = B . x (accumulate as tdm_gpu_matvec). The
+ * same values as those two tdm_gpu_matvec calls, bit for bit; one launch
+ * when tdm_gpu_matvec_pair_one_launch says so, else the two calls. */
+tdm_status tdm_gpu_matvec_pair(tdm_gpu *g, const tdm_gpu_mat *a, const tdm_gpu_mat *b, int64_t k, const float *x,
+                               const void *xq, float *y, bool accumulate, tdm_error *err);
+/* Whether a pair of these types runs as one launch: x's int8 copy given
+ * (xq), k <= 16384 and a kernel for the pair (the K-quant mixes: Q4_K,
+ * Q5_K, Q3_K or Q2_K with the type llama.cpp's recipes give attn_v). */
+bool tdm_gpu_matvec_pair_one_launch(tdm_qtype a, tdm_qtype b, int64_t k, bool xq);
+
 /* Device scratch bytes tdm_gpu_matmul needs to process up to chunk_rows rows of
  * a [rows][k] matrix per cuBLAS call for ntok tokens. */
 size_t tdm_gpu_matmul_scratch_bytes(int64_t chunk_rows, int64_t k, int64_t ntok);

@@ -177,6 +177,19 @@ tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows,
     return NO_CUDA(err, "gpu matvec");
 }
 
+tdm_status tdm_gpu_matvec_pair(tdm_gpu *g, const tdm_gpu_mat *a, const tdm_gpu_mat *b, int64_t k, const float *x,
+                               const void *xq, float *y, bool accumulate, tdm_error *err)
+{
+    (void)g, (void)a, (void)b, (void)k, (void)x, (void)xq, (void)y, (void)accumulate;
+    return NO_CUDA(err, "gpu matvec pair");
+}
+
+bool tdm_gpu_matvec_pair_one_launch(tdm_qtype a, tdm_qtype b, int64_t k, bool xq)
+{
+    (void)a, (void)b, (void)k, (void)xq;
+    return false;
+}
+
 size_t tdm_gpu_matmul_scratch_bytes(int64_t chunk_rows, int64_t k, int64_t ntok)
 {
     (void)chunk_rows, (void)k, (void)ntok;

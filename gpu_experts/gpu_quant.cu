@@ -139,18 +139,28 @@ __global__ void __launch_bounds__(MVF_WARPS * 32)
  * 32) with wide loads and one scale decode per group. XG: x's int8 copy
  * (xg, written by the norm before it: one token, one chunk) is copied into
  * shared memory instead of quantising x in every block. */
+
+/* One matrix of a launch: its rows, where they go, and the host's shape for
+ * them (a pair launch carries two, each walked by its own blocks). */
+typedef struct mv_seg {
+    const uint8_t *w;
+    int64_t row_bytes, rows;
+    float *y;
+    int lpr_log2, wpr;
+    unsigned grid; /* blocks walking this matrix's tiles */
+} mv_seg;
+
+/* Block blk (< s.grid) of matrix s, token group t0 (ntok tokens). */
 template <int T, int NT, int R, bool XG>
-__global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_PER_SM)
-    matvec_q8_kernel(const uint8_t *__restrict__ w, int64_t row_bytes, int64_t rows, int64_t k,
-                     const float *__restrict__ x, const int8_t *__restrict__ xg, int ntok,
-                     float *__restrict__ y, int accumulate, int lpr_log2, int wpr, int chunk)
+__device__ __forceinline__ void mv_q8_block(const mv_seg &s, unsigned blk, const float *__restrict__ x,
+                                            const int8_t *__restrict__ xg, int64_t k, int ntok, int accumulate,
+                                            int chunk)
 {
     using Q = QT<T>;
     extern __shared__ __align__(128) int4 mv_smem[]; /* q [ntok][pitch] int8, s [ntok][pitch / 32] */
     __shared__ float red[R][NT][MVQ_WARPS];
-    const int64_t t0 = mv_token_group(&ntok);
-    x += t0 * k;
-    y += t0 * rows;
+    const int64_t rows = s.rows, row_bytes = s.row_bytes;
+    const int lpr_log2 = s.lpr_log2, wpr = s.wpr;
     int pitch = (chunk + 127) & ~127;
     int8_t *xq8 = (int8_t *)mv_smem;
     const tdm_xq xq = {xq8, (const uint2 *)(xq8 + ntok * pitch), pitch};
@@ -160,12 +170,12 @@ __global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_
     int64_t tile_rows = (int64_t)(MVQ_WARPS / wpr) * rows_group;
     int64_t ntiles = (rows + tile_rows - 1) / tile_rows;
     int nchunks = (int)((k + chunk - 1) / chunk);
-    int64_t first = (int64_t)blockIdx.x * tile_rows;
-    tdm_prefetch_l2(w + first * row_bytes, (rows - first < tile_rows ? rows - first : tile_rows) * row_bytes);
+    int64_t first = (int64_t)blk * tile_rows;
+    tdm_prefetch_l2(s.w + first * row_bytes, (rows - first < tile_rows ? rows - first : tile_rows) * row_bytes);
     tdm_pdl_enter(); /* x is the previous kernel's */
     if (XG)
         tdm_xq_copy(mv_smem, xg, pitch);
-    for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    for (int64_t tile = blk; tile < ntiles; tile += s.grid) {
         int64_t row0 = tile * tile_rows + (warp / wpr) * rows_group + (lane >> lpr_log2) * R;
         int nrows = rows - row0 < R ? (int)(rows - row0) : R;
         float acc[R][NT];
@@ -177,17 +187,39 @@ __global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_
         for (int c = 0; c < nchunks; c++) {
             int64_t k0 = (int64_t)c * chunk;
             int n = k - k0 < chunk ? (int)(k - k0) : chunk;
-            if (!XG && (nchunks > 1 || tile == blockIdx.x)) { /* one chunk: x stays for every tile */
+            if (!XG && (nchunks > 1 || tile == blk)) { /* one chunk: x stays for every tile */
                 __syncthreads();
                 tdm_xq_fill(xq8, (uint2 *)(xq8 + ntok * pitch), pitch, x, k, ntok, k0, n);
                 __syncthreads();
             }
             if (nrows > 0)
-                tdm_q8_rows_part<T, NT, R>(w + row0 * row_bytes + k0 / Q::BLK * Q::BYTES, row_bytes,
+                tdm_q8_rows_part<T, NT, R>(s.w + row0 * row_bytes + k0 / Q::BLK * Q::BYTES, row_bytes,
                                            nrows, sub, n / Q::UNIT, nsub, xq, ntok, acc);
         }
-        mv_reduce_store<NT, R, MVQ_WARPS>(acc, red, lpr, wpr, row0, nrows, rows, ntok, y, accumulate);
+        mv_reduce_store<NT, R, MVQ_WARPS>(acc, red, lpr, wpr, row0, nrows, rows, ntok, s.y, accumulate);
     }
+}
+
+template <int T, int NT, int R, bool XG>
+__global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_PER_SM)
+    matvec_q8_kernel(mv_seg s, int64_t k, const float *__restrict__ x, const int8_t *__restrict__ xg, int ntok,
+                     int accumulate, int chunk)
+{
+    const int64_t t0 = mv_token_group(&ntok);
+    s.y += t0 * s.rows;
+    mv_q8_block<T, NT, R, XG>(s, blockIdx.x, x + t0 * k, xg, k, ntok, accumulate, chunk);
+}
+
+/* Two matrices of different types over one token's int8 copy of x, in one
+ * launch: blocks [0, a.grid) walk a, the rest b (tdm_gpu_matvec_pair). */
+template <int TA, int TB>
+__global__ void __launch_bounds__(MVQ_WARPS * 32, MVQ_BLOCKS_PER_SM)
+    matvec_q8_pair_kernel(mv_seg a, mv_seg b, int64_t k, const int8_t *__restrict__ xg, int accumulate)
+{
+    if (blockIdx.x < a.grid)
+        mv_q8_block<TA, 1, 1, true>(a, blockIdx.x, NULL, xg, k, 1, accumulate, (int)k);
+    else
+        mv_q8_block<TB, 1, 1, true>(b, blockIdx.x - a.grid, NULL, xg, k, 1, accumulate, (int)k);
 }
 
 /* Warps per row: split long rows while the matrix has too few row groups to
@@ -217,6 +249,11 @@ typedef struct mv_plan {
     size_t smem;
 } mv_plan;
 
+static mv_seg seg_of(const mv_plan *p)
+{
+    return mv_seg{p->w, p->row_bytes, p->rows, p->y, p->lpr_log2, p->wpr, p->grid};
+}
+
 #define MVF_LAUNCH(NT, R)                                                                     \
     e = tdm_launch(g, matvec_f_kernel<T, NT, R>, dim3(tdm_cdiv(p->rows, (MVF_WARPS / p->wpr) * R), p->groups), \
                    dim3(MVF_WARPS * 32), 0, p->w, p->row_bytes, p->rows, (int)(p->k / 8), p->x,   \
@@ -224,8 +261,7 @@ typedef struct mv_plan {
 #define MVQ_LAUNCH(NT, R) MVQ_LAUNCH_X(NT, R, false)
 #define MVQ_LAUNCH_X(NT, R, XG)                                                               \
     e = tdm_launch(g, matvec_q8_kernel<T, NT, R, XG>, dim3(p->grid, p->groups), dim3(MVQ_WARPS * 32), \
-                   p->smem, p->w, p->row_bytes, p->rows, p->k, p->x, p->xq, p->all_tok, p->y,     \
-                   p->acc, p->lpr_log2, p->wpr, p->chunk)
+                   p->smem, seg_of(p), p->k, p->x, p->xq, p->all_tok, p->acc, p->chunk)
 /* token buckets 1, 2, 4, 8; R = 2 only from 3 tokens on */
 #define MV_BUCKETS(L)                                                                         \
     do {                                                                                      \
@@ -335,6 +371,79 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
     cudaError_t e = cudaErrorInvalidValue;
     TDM_QT_DISPATCH(wt, (e = launch_matvec<QTYPE>(g, &p)));
     TDM_CU(err, e);
+    return TDM_OK;
+}
+
+/* ---- two matrices of different types, one launch ---- */
+
+/* Both matrices planned as their own tdm_gpu_matvec calls would be (so the
+ * same lanes sum the same partials: bit-equal), side by side in one grid. */
+template <int TA, int TB> static cudaError_t launch_pair(const tdm_gpu *g, mv_plan *a, mv_plan *b)
+{
+    plan_q8<TA>(a, &g->tune, g->sm_count);
+    plan_q8<TB>(b, &g->tune, g->sm_count);
+    return tdm_launch(g, matvec_q8_pair_kernel<TA, TB>, dim3(a->grid + b->grid), dim3(MVQ_WARPS * 32), a->smem,
+                      seg_of(a), seg_of(b), a->k, a->xq, a->acc);
+}
+
+typedef cudaError_t (*mv_pair_fn)(const tdm_gpu *, mv_plan *, mv_plan *);
+
+/* The pairs with a kernel: the mixes of llama.cpp's K-quant recipes, where
+ * attn_v (and on some layers ffn_down) takes more bits than q and k. */
+static const struct {
+    tdm_qtype a, b;
+    mv_pair_fn launch;
+} k_mv_pairs[] = {
+    {TDM_Q_Q4_K, TDM_Q_Q6_K, launch_pair<TDM_Q_Q4_K, TDM_Q_Q6_K>},
+    {TDM_Q_Q5_K, TDM_Q_Q6_K, launch_pair<TDM_Q_Q5_K, TDM_Q_Q6_K>},
+    {TDM_Q_Q4_K, TDM_Q_Q5_K, launch_pair<TDM_Q_Q4_K, TDM_Q_Q5_K>},
+    {TDM_Q_Q3_K, TDM_Q_Q5_K, launch_pair<TDM_Q_Q3_K, TDM_Q_Q5_K>},
+    {TDM_Q_Q3_K, TDM_Q_Q4_K, launch_pair<TDM_Q_Q3_K, TDM_Q_Q4_K>},
+    {TDM_Q_Q2_K, TDM_Q_Q4_K, launch_pair<TDM_Q_Q2_K, TDM_Q_Q4_K>},
+};
+
+/* The pair's launcher (*swap: a and b trade places in it), or NULL. */
+static mv_pair_fn pair_fn(tdm_qtype a, tdm_qtype b, bool *swap)
+{
+    for (size_t i = 0; i < sizeof k_mv_pairs / sizeof k_mv_pairs[0]; i++)
+        if ((k_mv_pairs[i].a == a && k_mv_pairs[i].b == b) || (k_mv_pairs[i].a == b && k_mv_pairs[i].b == a)) {
+            *swap = k_mv_pairs[i].a != a;
+            return k_mv_pairs[i].launch;
+        }
+    return NULL;
+}
+
+extern "C" bool tdm_gpu_matvec_pair_one_launch(tdm_qtype a, tdm_qtype b, int64_t k, bool xq)
+{
+    bool swap;
+    return xq && k <= MV_XQ_ELEMS && pair_fn(a, b, &swap) != NULL;
+}
+
+extern "C" tdm_status tdm_gpu_matvec_pair(tdm_gpu *g, const tdm_gpu_mat *a, const tdm_gpu_mat *b, int64_t k,
+                                          const float *x, const void *xq, float *y, bool accumulate, tdm_error *err)
+{
+    TDM_REQUIRE(err, a && b && y, "gpu matvec pair: NULL matrix or output");
+    if (!tdm_gpu_matvec_pair_one_launch(a->type, b->type, k, xq != NULL)) {
+        tdm_status s = tdm_gpu_matvec(g, a->type, a->w, a->rows, k, x, xq, 1, y, accumulate, err);
+        return s ? s : tdm_gpu_matvec(g, b->type, b->w, b->rows, k, x, xq, 1, y + a->rows, accumulate, err);
+    }
+    int64_t rba = 0, rbb = 0;
+    tdm_status s = check_weights(a->type, a->w, a->rows, k, "gpu matvec pair", &rba, err);
+    if (s == TDM_OK)
+        s = check_weights(b->type, b->w, b->rows, k, "gpu matvec pair", &rbb, err);
+    if (s != TDM_OK)
+        return s;
+    TDM_REQUIRE(err, x != NULL, "gpu matvec pair: NULL activation");
+    TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0 && ((uintptr_t)xq & 15) == 0,
+                "gpu matvec pair: x and its int8 copy must be 16-byte aligned");
+    const int acc = accumulate ? 1 : 0;
+    mv_plan pa = {(const uint8_t *)a->w, rba, a->rows, k, x, (const int8_t *)xq, 1, y, acc, 1, 1};
+    mv_plan pb = {(const uint8_t *)b->w, rbb, b->rows, k, x, (const int8_t *)xq, 1, y + a->rows, acc, 1, 1};
+    pa.all_tok = pb.all_tok = 1;
+    pa.groups = pb.groups = 1;
+    bool swap = false;
+    mv_pair_fn launch = pair_fn(a->type, b->type, &swap);
+    TDM_CU(err, swap ? launch(g, &pb, &pa) : launch(g, &pa, &pb));
     return TDM_OK;
 }
 

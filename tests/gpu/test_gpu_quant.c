@@ -267,6 +267,83 @@ static void test_matvec_tunings(void **state)
     printf("  %s\n", e.msg);
 }
 
+/* Two matrices of different types behind one input (tdm_gpu_matvec_pair):
+ * y equals the two tdm_gpu_matvec calls (checked against the float64
+ * reference above) bit for bit, poisoned rows included. */
+static void run_pair(tdm_qtype ta, int64_t ra, tdm_qtype tb, int64_t rb, int64_t k, bool accumulate)
+{
+    problem a, b;
+    problem_make(&a, ta, ra, k);
+    problem_make_at(&b, tb, rb, k, 1); /* b's blocks unaligned */
+    const size_t ny = (size_t)(ra + rb), qb = tdm_gpu_xq8_bytes(1, k);
+    float *x = malloc(sizeof(float) * k), *y0 = malloc(sizeof(float) * ny);
+    void *hq = malloc(qb);
+    assert_non_null(x), assert_non_null(y0), assert_non_null(hq);
+    rand_floats(x, k, 1.0f);
+    rand_floats(y0, ny, 1.0f);
+    memset(hq, 0, qb);
+    GPU_OK(tdm_gpu_xq8_pack_host(x, 1, k, hq, ERR));
+    float *dx = dev_upload(x, sizeof(float) * k);
+    void *dq = dev_upload(hq, qb);
+    float *dy1 = accumulate ? dev_upload(y0, sizeof(float) * ny) : dev_poisoned(ny);
+    float *dy2 = accumulate ? dev_upload(y0, sizeof(float) * ny) : dev_poisoned(ny);
+    GPU_OK(tdm_gpu_matvec(g_gpu, ta, a.dw, ra, k, dx, dq, 1, dy1, accumulate, ERR));
+    GPU_OK(tdm_gpu_matvec(g_gpu, tb, b.dw, rb, k, dx, dq, 1, dy1 + ra, accumulate, ERR));
+    const tdm_gpu_mat ma = {ta, a.dw, ra}, mb = {tb, b.dw, rb};
+    GPU_OK(tdm_gpu_matvec_pair(g_gpu, &ma, &mb, k, dx, dq, dy2, accumulate, ERR));
+    float *y1 = dev_download_f32(dy1, ny), *y2 = dev_download_f32(dy2, ny);
+    for (size_t i = 0; i < ny; i++)
+        if (isnan(y1[i]) || memcmp(&y1[i], &y2[i], sizeof(float)) != 0)
+            fail_msg("matvec pair %s %lld | %s %lld, k %lld%s: row %zu: %.9g against %.9g (two launches)",
+                     tdm_qtype_name(ta), (long long)ra, tdm_qtype_name(tb), (long long)rb, (long long)k,
+                     accumulate ? " acc" : "", i, y2[i], y1[i]);
+    free(x), free(y0), free(hq), free(y1), free(y2);
+    dev_free(dx), dev_free(dq), dev_free(dy1), dev_free(dy2);
+    problem_free(&a);
+    problem_free(&b);
+}
+
+static void test_matvec_pair(void **state)
+{
+    (void)state;
+    static const tdm_qtype ts[] = {TDM_Q_Q2_K, TDM_Q_Q3_K, TDM_Q_Q4_K, TDM_Q_Q5_K, TDM_Q_Q6_K, TDM_Q_Q8_0};
+    const size_t nt = sizeof ts / sizeof ts[0];
+    int one = 0, n = 0;
+    for (size_t i = 0; i < nt; i++)
+        for (size_t j = 0; j < nt; j++) {
+            if (i == j)
+                continue;
+            one += tdm_gpu_matvec_pair_one_launch(ts[i], ts[j], 768, true);
+            /* odd rows on both sides, every pair with a kernel in both orders
+             * and the pairs without one (two launches) */
+            run_pair(ts[i], 37 + (int64_t)i, ts[j], 5 + 2 * (int64_t)j, 768, n++ % 2 == 1);
+        }
+    assert_int_equal(one, 12); /* the 6 pairs of the table, either order */
+    assert_false(tdm_gpu_matvec_pair_one_launch(TDM_Q_Q4_K, TDM_Q_Q6_K, 768, false));
+    assert_false(tdm_gpu_matvec_pair_one_launch(TDM_Q_Q4_K, TDM_Q_Q6_K, 16640, true));
+    assert_false(tdm_gpu_matvec_pair_one_launch(TDM_Q_Q4_K, TDM_Q_Q4_K, 768, true));
+    /* Qwen3.5-35B-A3B's attention: q with its gate and k (Q4_K), v (Q6_K) */
+    run_pair(TDM_Q_Q4_K, 8192 + 512, TDM_Q_Q6_K, 512, 2048, false);
+    /* a row too long for the copy in shared memory: two launches */
+    run_pair(TDM_Q_Q4_K, 9, TDM_Q_Q6_K, 3, 16640, true);
+    /* bad input */
+    tdm_error e = {0};
+    float *dx = dev_poisoned(4096), *dy = dev_poisoned(4096);
+    void *dw = dev_alloc(1 << 16), *dq = dev_alloc(tdm_gpu_xq8_bytes(1, 256));
+    const tdm_gpu_mat ma = {TDM_Q_Q4_K, dw, 4}, mb = {TDM_Q_Q6_K, dw, 4}, mn = {TDM_Q_Q6_K, NULL, 4};
+    assert_int_equal(tdm_gpu_matvec_pair(g_gpu, &ma, NULL, 256, dx, dq, dy, false, &e), TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+    assert_int_equal(tdm_gpu_matvec_pair(g_gpu, &ma, &mn, 256, dx, dq, dy, false, &e), TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+    assert_int_equal(tdm_gpu_matvec_pair(g_gpu, &ma, &mb, 300, dx, dq, dy, false, &e), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_matvec_pair(g_gpu, &ma, &mb, 256, dx + 1, dq, dy, false, &e), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_matvec_pair(g_gpu, &ma, &mb, 256, dx, (char *)dq + 4, dy, false, &e),
+                     TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+    GPU_OK(tdm_gpu_sync(g_gpu, ERR));
+    dev_free(dx), dev_free(dy), dev_free(dw), dev_free(dq);
+}
+
 static void test_dequant_f16(void **state)
 {
     (void)state;
@@ -393,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_matvec_all_types),
         cmocka_unit_test(test_matvec_expert_shapes),
         cmocka_unit_test(test_matvec_tunings),
+        cmocka_unit_test(test_matvec_pair),
         cmocka_unit_test(test_dequant_f16),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_bad_input),
