@@ -330,9 +330,12 @@ int32_t tdm_direct_tuner_step(tdm_direct_tuner *t, double ms_per_token)
         return t->q = probed(t, ph);
     }
     int32_t best = 0;
+    double bar = t->ms[0] * (1.0 - TDM_DIRECT_MARGIN); /* what a neighbour must beat */
     for (int32_t i = 1; i < 3; i++)
-        if (t->ms[i] > 0 && t->ms[i] < t->ms[best])
+        if (t->ms[i] > 0 && t->ms[i] < bar) {
             best = i;
+            bar = t->ms[i];
+        }
     t->q = t->center = probed(t, best);
     t->phase = best == 0 ? TUNER_SETTLED : 0; /* moved: measure around the new share */
     t->settled = 0;

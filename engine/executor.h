@@ -148,8 +148,13 @@ int32_t tdm_executor_direct_quota(const tdm_executor *x);
  * followed). Staying put between probes matters: the best share can be
  * sharply better than its neighbours (H200 host, 12 GiB: 141 tok/s at 3 of
  * the 6 misses a prefetch of 2 leaves, 125-128 at 2 or 4), so a climber that
- * always moves loses to a fixed share. */
+ * always moves loses to a fixed share. A neighbour takes over only when its
+ * window is TDM_DIRECT_MARGIN faster than the share's: windows of 4 steps
+ * differ by more than neighbouring shares near the best one do (a packed
+ * cache at 12 GiB settled at 2 in two of three runs, 165-167 tok/s against
+ * 174 at 3; bench/results/hybrid-h200-session20-ab.txt). */
 enum { TDM_DIRECT_WINDOW = 4, TDM_DIRECT_SETTLE = 16 };
+#define TDM_DIRECT_MARGIN 0.02
 typedef struct tdm_direct_tuner {
     int32_t q, q_max;   /* the share now, its largest value (k) */
     int32_t center;     /* the share probed around */

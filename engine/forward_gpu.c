@@ -1579,12 +1579,18 @@ static bool decode_graph(tdm_forward_gpu *f, int32_t pos0, float *logits, tdm_st
         f->graphs = false;
         return false;
     }
-    if (!f->graph && (layers(f, 1, pos0, &e) || head_rows(f, 0, 1, &e) || tdm_gpu_graph_end(f->g, &f->graph, &e))) {
-        tdm_gpu_graph_abort(f->g);
-        tdm_gpu_graph_free(f->graph);
-        f->graph = NULL;
-        f->graphs = false;
-        return false;
+    if (!f->graph) {
+        if (layers(f, 1, pos0, &e) || head_rows(f, 0, 1, &e) || tdm_gpu_graph_end(f->g, &f->graph, &e)) {
+            tdm_gpu_graph_abort(f->g);
+            tdm_gpu_graph_free(f->graph);
+            f->graph = NULL;
+            f->graphs = false;
+            return false;
+        }
+        /* the step's time starts here, not before the recording (milliseconds
+         * of host work the direct share's tuner would take for this share's) */
+        if (f->ex && (*st = tdm_gpu_mark(f->g, 0, err)))
+            return true;
     }
     *st = tdm_gpu_graph_launch(f->g, f->graph, err);
     if (!*st)

@@ -276,6 +276,14 @@ static void test_direct_tuner(void **state)
     tdm_direct_tuner_init(&t, 8, 4);
     assert_int_equal(tune_towards(&t, 6, 0.5, 60), 6);
     tune_towards(&t, 2, 0.5, 36 + TDM_DIRECT_SETTLE + 12);
+    /* neighbours less than the margin faster never take over */
+    tdm_direct_tuner_init(&t, 8, 3);
+    for (int step = 0; step < 40 * TDM_DIRECT_WINDOW; step++) {
+        const int32_t q = t.q;
+        const int32_t next = tdm_direct_tuner_step(&t, q == 3 ? 10.0 : 10.0 * (1.0 - TDM_DIRECT_MARGIN / 2));
+        assert_true(abs(next - 3) <= 1);
+        assert_int_equal(t.center, 3);
+    }
     /* a window only moves the share when it is full; the probe goes up first */
     tdm_direct_tuner_init(&t, 8, 4);
     for (int i = 0; i < TDM_DIRECT_WINDOW - 1; i++)
