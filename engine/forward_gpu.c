@@ -988,9 +988,10 @@ static void *xq_for(const tdm_forward_gpu *f, int32_t n, int64_t k)
 /* ---- layers (forward.c's attention_layer / deltanet_layer / ffn_layer) ---- */
 
 
-/* A one-token step runs a fused group as one product into dst, when the
- * group exists and its rows fit dst's cap floats (the [B][...] buffers hold
- * B rows of a batch; one token's fused rows need only one). */
+/* A one-token step runs a fused group as one product into dst (one launch,
+ * or two for a type pair without a kernel), when the group exists and its
+ * rows fit dst's cap floats (the [B][...] buffers hold B rows of a batch;
+ * one token's fused rows need only one). */
 static bool fused(const dgroup *g, int32_t n, size_t cap)
 {
     return n == 1 && g->a.d && (size_t)(g->a.rows + g->b.rows) <= cap;
@@ -1587,8 +1588,8 @@ static bool decode_graph(tdm_forward_gpu *f, int32_t pos0, float *logits, tdm_st
             f->graphs = false;
             return false;
         }
-        /* the step's time starts here, not before the recording (milliseconds
-         * of host work the direct share's tuner would take for this share's) */
+        /* the step's time starts here: the recording's host work (milliseconds)
+         * would count against the direct share the tuner is measuring */
         if (f->ex && (*st = tdm_gpu_mark(f->g, 0, err)))
             return true;
     }

@@ -150,7 +150,7 @@ typedef struct mv_seg {
     unsigned grid; /* blocks walking this matrix's tiles */
 } mv_seg;
 
-/* Block blk (< s.grid) of matrix s, token group t0 (ntok tokens). */
+/* Block blk (< s.grid) of matrix s over ntok tokens of x (one token group). */
 template <int T, int NT, int R, bool XG>
 __device__ __forceinline__ void mv_q8_block(const mv_seg &s, unsigned blk, const float *__restrict__ x,
                                             const int8_t *__restrict__ xg, int64_t k, int ntok, int accumulate,
@@ -211,7 +211,10 @@ __global__ void __launch_bounds__(MVQ_WARPS * 32, NT * R >= 16 ? 2 : MVQ_BLOCKS_
 }
 
 /* Two matrices of different types over one token's int8 copy of x, in one
- * launch: blocks [0, a.grid) walk a, the rest b (tdm_gpu_matvec_pair). */
+ * launch: blocks [0, a.grid) walk a, the rest b (tdm_gpu_matvec_pair). a is
+ * the table's first type, the large matrix of its pairs: under PDL its
+ * blocks start their L2 prefetch first (b's first measured 3% slower in the
+ * decode step, docs/GPU.md). */
 template <int TA, int TB>
 __global__ void __launch_bounds__(MVQ_WARPS * 32, MVQ_BLOCKS_PER_SM)
     matvec_q8_pair_kernel(mv_seg a, mv_seg b, int64_t k, const int8_t *__restrict__ xg, int accumulate)
@@ -389,7 +392,7 @@ template <int TA, int TB> static cudaError_t launch_pair(const tdm_gpu *g, mv_pl
 typedef cudaError_t (*mv_pair_fn)(const tdm_gpu *, mv_plan *, mv_plan *);
 
 /* The pairs with a kernel: the mixes of llama.cpp's K-quant recipes, where
- * attn_v (and on some layers ffn_down) takes more bits than q and k. */
+ * attn_v takes more bits than q and k (q|k the first type). */
 static const struct {
     tdm_qtype a, b;
     mv_pair_fn launch;
