@@ -401,7 +401,11 @@ tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const flo
  *                   + sum over resident i of weights[t][i] * Down_e h[t][i]
  *                   + sigmoid(shared gate_logit[t]) * Down_shared h[t][k].
  * h: as gate_up wrote it (same ntok and k); add: NULL or [ntok][n_embd]
- * (e.g. the CPU's partial sum in mapped memory). */
+ * (e.g. the CPU's partial sum in mapped memory). ids, weights, the shared
+ * gate logit and the residency table are read while the launch before may
+ * still run (programmatic dependent launch): they may be written two
+ * launches back or earlier (the router, then gate_up), never by the launch
+ * right before this one. */
 tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *h,
                             const int32_t *ids, const float *weights, int64_t ntok, int64_t k,
                             const float *add, float *y, bool accumulate, tdm_error *err);

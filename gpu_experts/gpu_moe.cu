@@ -321,7 +321,9 @@ __global__ void __launch_bounds__(DN_WARPS * 32, DN_BLOCKS_PER_SM)
     const moe_walk shared = a.has_shared ? moe_walk_of(k, a.sh_down_units, a.sh_down_units, lane, 32) : routed;
     if (a.has_shared) /* weights only */
         tdm_prefetch_l2(a.sh_down + tile0 * a.sh_down_row_bytes, live_rows * a.sh_down_row_bytes);
-    tdm_pdl_enter(); /* h, ids and the weights are the previous kernels' */
+    /* ids and wts were written at least two launches back (the router, then
+     * gate_up, which waited for it before this grid could start; gpu.h), so
+     * the selected experts' rows are asked of L2 while gate_up still runs */
     for (int r = threadIdx.x; r < nsel; r += blockDim.x) {
         const uint8_t *b;
         if (r < k) {
@@ -338,6 +340,7 @@ __global__ void __launch_bounds__(DN_WARPS * 32, DN_BLOCKS_PER_SM)
     for (int r = 0; r < k; r++)
         if (base[r])
             tdm_prefetch_l2(base[r] + tile0 * a.down_row_bytes, live_rows * a.down_row_bytes);
+    tdm_pdl_enter(); /* h is the previous kernel's */
     for (int p = 0; p < tile / DN_WARPS; p++) {
         int row = tile0 + p * DN_WARPS + warp;
         if (row >= a.n_embd)
