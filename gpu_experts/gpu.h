@@ -232,7 +232,9 @@ tdm_status tdm_gpu_rmsnorm_gated(tdm_gpu *g, const float *x, const float *z, con
  * depend on them, so a recorded decode step (CUDA graph) replays unchanged
  * from token to token. A position outside 0 .. n_ctx-1 never touches the
  * cache: attn_prep stores nothing for that token and attention writes a zero
- * output row for it. */
+ * output row for it. tdm_gpu_attention reads pos while the launch before may
+ * still run (programmatic dependent launch): pos must not be written by the
+ * launch right before it. */
 
 /* The inputs of one attention layer, from its q, k, v projections. */
 typedef struct tdm_gpu_attn_in {

@@ -145,7 +145,6 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
                      int n_head, int group, int head_dim, int64_t n_ctx,
                      const int32_t *__restrict__ pos, float scale, float *part, unsigned *count)
 {
-    tdm_pdl_enter();
     __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
     __shared__ float s_acc[ATTN_WARPS][DPL * 32];
     __shared__ float s_w[ATTN_MAX_SPLITS], s_gl;
@@ -153,14 +152,23 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     int t = blockIdx.y, h = blockIdx.x, split = blockIdx.z, nsplit = gridDim.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t qoff = ((int64_t)t * n_head + h) * head_dim;
-    int64_t p = pos[t];
-    if (!pos_in_cache(p, n_ctx)) { /* uniform over the block: no barrier is skipped */
+    /* ahead of the wait: pos (the host's, never the launch before's; gpu.h)
+     * and this split's K and V rows (all but the newest written steps ago) */
+    const int64_t p = pos[t], n_keys = p + 1, per = (n_keys + nsplit - 1) / nsplit, j0 = split * per;
+    const int64_t j1 = n_keys - j0 < per ? n_keys : j0 + per;
+    const bool cached = pos_in_cache(p, n_ctx);
+    const __half *kh = kc + (int64_t)(h / group) * n_ctx * head_dim;
+    const __half *vh = vc + (int64_t)(h / group) * n_ctx * head_dim;
+    if (cached && j1 > j0) {
+        tdm_prefetch_l2(kh + j0 * head_dim, (j1 - j0) * head_dim * (int64_t)sizeof(__half));
+        tdm_prefetch_l2(vh + j0 * head_dim, (j1 - j0) * head_dim * (int64_t)sizeof(__half));
+    }
+    tdm_pdl_enter();
+    if (!cached) { /* uniform over the block: no barrier is skipped */
         for (int i = threadIdx.x; i < head_dim && split == 0; i += blockDim.x)
             o[qoff + i] = 0.0f;
         return;
     }
-    const __half *kh = kc + (int64_t)(h / group) * n_ctx * head_dim;
-    const __half *vh = vc + (int64_t)(h / group) * n_ctx * head_dim;
     float qr[DPL], acc[DPL];
 #pragma unroll
     for (int c = 0; c < DPL; c++) {
@@ -169,8 +177,6 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
         acc[c] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    const int64_t n_keys = p + 1, per = (n_keys + nsplit - 1) / nsplit, j0 = split * per;
-    const int64_t j1 = n_keys - j0 < per ? n_keys : j0 + per;
     for (int64_t j = j0 + warp; j < j1; j += 2 * ATTN_WARPS) {
         const bool two = j + ATTN_WARPS < j1; /* uniform over the warp */
         const int64_t j2 = two ? j + ATTN_WARPS : j;

@@ -88,6 +88,16 @@ __device__ __forceinline__ void tdm_pdl_enter(void)
 #endif
 }
 
+/* Asks L2 for [p, p + bytes) ahead of the loads (hides the DRAM latency
+ * behind the activation quantisation; before tdm_pdl_enter, behind the
+ * kernel before). A prefetch only moves lines into L2, where writes land
+ * too, so it may also cover memory the kernel before is still writing. */
+__device__ __forceinline__ void tdm_prefetch_l2(const void *p, int64_t bytes)
+{
+    for (int64_t off = (int64_t)threadIdx.x * 128; off < bytes; off += (int64_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)p + off));
+}
+
 /* Launches kernel on the compute stream (the side stream between
  * tdm_gpu_side_begin and _end), programmatically serialised where
  * the GPU supports it and the tuning has not turned it off. */

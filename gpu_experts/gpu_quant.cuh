@@ -786,14 +786,6 @@ __device__ __forceinline__ uint4 tdm_pack_f16x8(const float *q)
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/* Asks L2 for [p, p + bytes) ahead of the loads (hides the DRAM latency
- * behind the activation quantisation). */
-__device__ __forceinline__ void tdm_prefetch_l2(const uint8_t *p, int64_t bytes)
-{
-    for (int64_t off = (int64_t)threadIdx.x * 128; off < bytes; off += (int64_t)blockDim.x * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
-}
-
 /* Bytes of one row, and whether the GPU code handles the type. */
 bool tdm_gpu_qt_geometry(tdm_qtype t, int *blk, int *bytes);
 
