@@ -315,6 +315,42 @@ tdm_status tdm_gpu_deltanet(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh, const 
                             const float *dt_bias, float *state, float *o, int64_t ntok,
                             tdm_error *err);
 
+/* One decode token's DeltaNet in one launch: tdm_gpu_ssm_conv of its q, k
+ * and v channels, tdm_gpu_deltanet, then tdm_gpu_rmsnorm_gated per value
+ * head (and y's int8 copy), equal to those three calls up to float32
+ * rounding (the sums of squares run in another order). The buffers of one
+ * step, all device memory: */
+typedef struct tdm_gpu_deltanet_step_io {
+    const float *qkv;             /* [2*H_k*d_k + H_v*d_v] the conv's inputs (q | k | v) */
+    const float *conv_w;          /* [channels][kernel] */
+    float *conv_state;            /* [kernel-1][channels], updated in place */
+    int64_t kernel;               /* conv taps */
+    const float *beta, *alpha;    /* [H_v] raw projections */
+    const float *ssm_a, *dt_bias; /* [H_v] */
+    float *state;                 /* [H_v][d_k][d_v], updated in place */
+    const float *z;               /* [H_v * d_v] the output gate's projection */
+    const float *norm_w;          /* [d_v] */
+    float norm_eps;
+    float *y;                     /* [H_v * d_v] */
+    void *yq;                     /* NULL, or y's int8 copy as one row: tdm_gpu_xq8_bytes(1, H_v * d_v)
+                                     bytes, 16-byte aligned */
+    uint32_t *sync;               /* [H_k] zero before the first call, left zero by every call
+                                     (NULL allowed when H_v == H_k) */
+} tdm_gpu_deltanet_step_io;
+
+/* Whether tdm_gpu_deltanet_step takes this shape: d_k 16..128 (a power of
+ * 2), d_v a multiple of 8 up to 128 (of 32 with the int8 copy), conv kernel
+ * 2..8. */
+bool tdm_gpu_deltanet_step_fits(const tdm_gpu_deltanet_shape *sh, int64_t kernel, bool copy);
+
+/* The step (TDM_ERR_UNSUPPORTED where it does not fit). Under programmatic
+ * dependent launch it reads qkv and z (and the states) while the launch
+ * before may still run: those must not be written by the launch right
+ * before it (beta and alpha may be). Calls sharing sync run in stream
+ * order. */
+tdm_status tdm_gpu_deltanet_step(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh,
+                                 const tdm_gpu_deltanet_step_io *io, tdm_error *err);
+
 /* ---- MoE ---- */
 
 /* Router on the device: softmax over n_expert logits (float32), top-k

@@ -3,9 +3,21 @@
 
 #include "gpu_deltanet.cuh"
 #include "gpu_norm.cuh"
+#include "gpu_xq.cuh"
 
 #define CONV_TOK 16 /* tokens per thread */
 static_assert(CONV_TOK >= CONV_MAX_K - 1, "only token group 0 may read the state");
+
+/* One channel's output for the current input cur: SiLU of tap kernel-1 times
+ * cur plus taps 0 .. kernel-2 times the window (oldest first, element i at
+ * win[i * stride]). */
+__device__ __forceinline__ float conv_out(const float *tap, const float *win, int stride, float cur, int kernel)
+{
+    float s = tap[kernel - 1] * cur;
+    for (int i = 0; i < kernel - 1; i++)
+        s += tap[i] * win[i * stride];
+    return tdm_silu(s);
+}
 
 /* One thread per (channel, group of CONV_TOK tokens): a token's window is
  * the kernel - 1 inputs before it, from u or, before the batch, from the
@@ -29,10 +41,8 @@ __global__ void ssm_conv_kernel(const float *__restrict__ u, const float *__rest
         win[i] = s >= 0 ? u[s * channels + c] : old[kernel - 1 + s];
     }
     for (int64_t t = t0; t < t1; t++) {
-        float cur = u[t * channels + c], s = tap[kernel - 1] * cur;
-        for (int i = 0; i < kernel - 1; i++)
-            s += tap[i] * win[i];
-        y[t * channels + c] = tdm_silu(s);
+        float cur = u[t * channels + c];
+        y[t * channels + c] = conv_out(tap, win, 1, cur, kernel);
         for (int i = 0; i + 1 < kernel - 1; i++)
             win[i] = win[i + 1];
         win[kernel - 2] = cur;
@@ -68,6 +78,41 @@ __device__ __forceinline__ float dn_log_decay(float alpha, float a, float dt)
     return a * softplus(alpha + dt);
 }
 
+/* The L2 norms' reciprocals of one token's q and k from the block's sums of
+ * squares (qss, kss: this thread's share): rq also carries 1 / sqrt(dk). */
+__device__ __forceinline__ void dn_norms(float qss, float kss, int dk, float eps, float *red, float *rq, float *rk)
+{
+    *rq = rsqrtf(tdm_block_sum(qss, red) + eps) * rsqrtf((float)dk);
+    *rk = rsqrtf(tdm_block_sum(kss, red) + eps);
+}
+
+/* One token's step for a thread's RPT state rows of its value column (rows
+ * ks, ks + DN_KSPLIT, ...; the column's DN_KSPLIT threads are consecutive
+ * lanes): S = e^g S + k (b (v - e^g S^T k))^T with k = sk * rk, then returns
+ * S^T q (q = sq * rq) to every thread of the column. b = sigmoid(beta),
+ * eg = e^g, vv: the column's v. */
+template <int RPT>
+__device__ __forceinline__ float dn_update(float (&s)[RPT], const float *sq, const float *sk, float rq, float rk,
+                                           float b, float eg, float vv, int ks)
+{
+    float pk = 0.0f;
+#pragma unroll
+    for (int r = 0; r < RPT; r++)
+        pk += s[r] * sk[ks + DN_KSPLIT * r];
+    pk *= rk;
+    pk += __shfl_xor_sync(0xffffffffu, pk, 1);
+    pk += __shfl_xor_sync(0xffffffffu, pk, 2);
+    float delta = b * (vv - eg * pk), po = 0.0f;
+#pragma unroll
+    for (int r = 0; r < RPT; r++) {
+        s[r] = s[r] * eg + (sk[ks + DN_KSPLIT * r] * rk) * delta;
+        po += s[r] * sq[ks + DN_KSPLIT * r];
+    }
+    po += __shfl_xor_sync(0xffffffffu, po, 1);
+    po += __shfl_xor_sync(0xffffffffu, po, 2);
+    return po * rq;
+}
+
 template <int RPT> /* state rows per thread = d_k / DN_KSPLIT */
 __global__ void __launch_bounds__(DN_WARPS * 32)
     deltanet_kernel(const float *__restrict__ qkv, const float *__restrict__ beta,
@@ -89,7 +134,7 @@ __global__ void __launch_bounds__(DN_WARPS * 32)
 #pragma unroll
     for (int r = 0; r < RPT; r++)
         s[r] = active ? S[(int64_t)(ks + DN_KSPLIT * r) * d_v + col] : 0.0f;
-    float qscale = rsqrtf((float)DK), a_j = ssm_a[j], dt_j = dt_bias[j];
+    float a_j = ssm_a[j], dt_j = dt_bias[j];
     for (int64_t t = 0; t < ntok; t++) {
         const float *row = qkv + t * width;
         float qss = 0.0f, kss = 0.0f;
@@ -101,27 +146,12 @@ __global__ void __launch_bounds__(DN_WARPS * 32)
             kss += kv * kv;
         }
         /* the block sums synchronise, so s_q/s_k are complete afterwards */
-        float rq = rsqrtf(tdm_block_sum(qss, s_red) + eps) * qscale;
-        float rk = rsqrtf(tdm_block_sum(kss, s_red) + eps);
+        float rq, rk;
+        dn_norms(qss, kss, DK, eps, s_red, &rq, &rk);
         float b = tdm_sigmoid(beta[t * n_vh + j]);
         float eg = expf(dn_log_decay(alpha[t * n_vh + j], a_j, dt_j));
         float vv = active ? row[2 * (int64_t)n_kh * DK + (int64_t)j * d_v + col] : 0.0f;
-        float pk = 0.0f;
-#pragma unroll
-        for (int r = 0; r < RPT; r++)
-            pk += s[r] * s_k[ks + DN_KSPLIT * r];
-        pk *= rk;
-        pk += __shfl_xor_sync(0xffffffffu, pk, 1);
-        pk += __shfl_xor_sync(0xffffffffu, pk, 2);
-        float delta = b * (vv - eg * pk), po = 0.0f;
-#pragma unroll
-        for (int r = 0; r < RPT; r++) {
-            s[r] = s[r] * eg + (s_k[ks + DN_KSPLIT * r] * rk) * delta;
-            po += s[r] * s_q[ks + DN_KSPLIT * r];
-        }
-        po += __shfl_xor_sync(0xffffffffu, po, 1);
-        po += __shfl_xor_sync(0xffffffffu, po, 2);
-        po *= rq;
+        const float po = dn_update<RPT>(s, s_q, s_k, rq, rk, b, eg, vv, ks);
         if (active && ks == 0)
             o[(t * n_vh + j) * d_v + col] = po;
         __syncthreads(); /* s_q/s_k are rewritten by the next token */
@@ -131,6 +161,159 @@ __global__ void __launch_bounds__(DN_WARPS * 32)
         for (int r = 0; r < RPT; r++)
             S[(int64_t)(ks + DN_KSPLIT * r) * d_v + col] = s[r];
     }
+}
+
+/* ---- one decode token: conv, recurrence and gated norm in one launch ---- */
+
+/* What deltanet_step_kernel needs, flattened for the launch. */
+struct dns_args {
+    tdm_gpu_deltanet_step_io p;
+    int64_t channels;
+    int n_kh, d_v, group, grouped, kernel, pitch;
+    float eps;
+};
+
+/* Channel c of a block's conv inputs (q of key head kh, then its k, then v
+ * of value head j): its index in the token's 2 H_k d_k + H_v d_v channels. */
+__device__ __forceinline__ int64_t dns_channel(const dns_args &a, int dk, int kh, int j, int c)
+{
+    if (c < dk)
+        return (int64_t)kh * dk + c;
+    if (c < 2 * dk)
+        return (int64_t)(a.n_kh + kh) * dk + c - dk;
+    return 2 * (int64_t)a.n_kh * dk + (int64_t)j * a.d_v + c - 2 * dk;
+}
+
+/* Block = value head j, DN_KSPLIT threads per value column. Ahead of the
+ * PDL wait (qkv and z are written two launches back, gpu.h): the head's
+ * state into registers, the conv of its q, k and v channels, q's and k's
+ * norms. After it: beta and alpha (the launch right before), the update, the
+ * gated norm of the head's output, y and its int8 copy, the state. The conv
+ * state of v's channels is the block's own; q's and k's belong to every value
+ * head of key head kh: each block reads the old values, the last of them to
+ * pass a counter (sync[kh]) writes the new ones and zeroes the counter. */
+template <int RPT>
+__global__ void __launch_bounds__(DNS_MAX_THREADS)
+    deltanet_step_kernel(dns_args a)
+{
+    constexpr int DK = RPT * DN_KSPLIT;
+    extern __shared__ float dns_smem[]; /* u [nch], old inputs [kernel - 1][nch], conv out [nch], y [d_v] */
+    __shared__ float s_red[32];
+    __shared__ int s_last;
+    const tdm_gpu_deltanet_step_io &p = a.p;
+    const int j = blockIdx.x, ks = threadIdx.x % DN_KSPLIT, col = threadIdx.x / DN_KSPLIT;
+    const int kh = a.grouped ? j / a.group : j % a.n_kh, nch = 2 * DK + a.d_v, K = a.kernel;
+    float *su = dns_smem, *sold = su + nch, *sc = sold + (K - 1) * nch, *sy = sc + nch;
+    float *S = p.state + (int64_t)j * DK * a.d_v;
+    float s[RPT];
+#pragma unroll
+    for (int r = 0; r < RPT; r++)
+        s[r] = S[(int64_t)(ks + DN_KSPLIT * r) * a.d_v + col];
+    const float a_j = p.ssm_a[j], dt_j = p.dt_bias[j], nw = p.norm_w[col], zv = p.z[(int64_t)j * a.d_v + col];
+    for (int c = threadIdx.x; c < nch; c += blockDim.x) {
+        const int64_t ch = dns_channel(a, DK, kh, j, c);
+        for (int i = 0; i < K - 1; i++)
+            sold[i * nch + c] = p.conv_state[i * a.channels + ch];
+        su[c] = p.qkv[ch];
+        sc[c] = conv_out(p.conv_w + ch * K, sold + c, nch, su[c], K);
+    }
+    __syncthreads();
+    float qss = 0.0f, kss = 0.0f;
+    for (int i = threadIdx.x; i < DK; i += blockDim.x) {
+        qss += sc[i] * sc[i];
+        kss += sc[DK + i] * sc[DK + i];
+    }
+    float rq, rk;
+    dn_norms(qss, kss, DK, a.eps, s_red, &rq, &rk);
+    tdm_pdl_enter(); /* beta and alpha are the launch before's */
+    const float b = tdm_sigmoid(p.beta[j]), eg = expf(dn_log_decay(p.alpha[j], a_j, dt_j));
+    const float po = dn_update<RPT>(s, sc, sc + DK, rq, rk, b, eg, sc[2 * DK + col], ks);
+    const float r = rsqrtf(tdm_block_sum(ks == 0 ? po * po : 0.0f, s_red) / (float)a.d_v + p.norm_eps);
+    float yv = nw * (po * r);
+    yv *= tdm_silu(zv);
+    if (ks == 0) {
+        p.y[(int64_t)j * a.d_v + col] = yv;
+        sy[col] = yv;
+    }
+#pragma unroll
+    for (int i = 0; i < RPT; i++)
+        S[(int64_t)(ks + DN_KSPLIT * i) * a.d_v + col] = s[i];
+    if (threadIdx.x == 0) {
+        bool last = true;
+        if (a.group > 1) { /* every read of the old q, k inputs is before this */
+            __threadfence();
+            last = atomicAdd(p.sync + kh, 1u) == (unsigned)a.group - 1;
+            if (last) {
+                atomicExch(p.sync + kh, 0u);
+                __threadfence();
+            }
+        }
+        s_last = last;
+    }
+    __syncthreads();
+    for (int c = (s_last ? 0 : 2 * DK) + threadIdx.x; c < nch; c += blockDim.x) {
+        const int64_t ch = dns_channel(a, DK, kh, j, c);
+        for (int i = 0; i < K - 1; i++)
+            p.conv_state[i * a.channels + ch] = i + 2 < K ? sold[(i + 1) * nch + c] : su[c];
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (p.yq && warp < a.d_v / 32) { /* whole groups of 32 (d_v % 32 == 0 with a copy) */
+        int8_t *q = (int8_t *)p.yq;
+        tdm_xq_put32(sy[warp * 32 + lane], q, (uint2 *)(q + a.pitch), j * (a.d_v / 32) + warp);
+    }
+}
+
+typedef decltype(&deltanet_step_kernel<4>) dns_fn;
+
+/* The one-token kernel for d_k (NULL: none). */
+static dns_fn dns_kernel_of(int64_t dk)
+{
+    switch (dk) {
+    case 16: return deltanet_step_kernel<4>;
+    case 32: return deltanet_step_kernel<8>;
+    case 64: return deltanet_step_kernel<16>;
+    case 128: return deltanet_step_kernel<32>;
+    default: return NULL;
+    }
+}
+
+extern "C" bool tdm_gpu_deltanet_step_fits(const tdm_gpu_deltanet_shape *sh, int64_t kernel, bool copy)
+{
+    return sh && dns_kernel_of(sh->d_k) && sh->n_k_head > 0 && sh->n_v_head > 0 &&
+           sh->n_v_head % sh->n_k_head == 0 && sh->n_v_head <= 65535 && sh->d_v >= 8 && sh->d_v % 8 == 0 &&
+           sh->d_v * DN_KSPLIT <= DNS_MAX_THREADS && (!copy || sh->d_v % 32 == 0) && kernel >= 2 &&
+           kernel <= CONV_MAX_K && (sh->map == TDM_GPU_HEADS_TILED || sh->map == TDM_GPU_HEADS_GROUPED);
+}
+
+extern "C" tdm_status tdm_gpu_deltanet_step(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh,
+                                            const tdm_gpu_deltanet_step_io *st, tdm_error *err)
+{
+    TDM_REQUIRE(err, sh && st, "gpu deltanet_step: NULL argument");
+    const tdm_gpu_deltanet_step_io *p = st;
+    TDM_REQUIRE(err, p->qkv && p->conv_w && p->conv_state && p->beta && p->alpha && p->ssm_a && p->dt_bias &&
+                         p->state && p->z && p->norm_w && p->y && (p->sync || sh->n_v_head == sh->n_k_head),
+                "gpu deltanet_step: NULL argument");
+    TDM_REQUIRE(err, !p->yq || ((uintptr_t)p->yq & 15) == 0, "gpu deltanet_step: int8 copy not 16-byte aligned");
+    if (!tdm_gpu_deltanet_step_fits(sh, p->kernel, p->yq != NULL))
+        return tdm_error_set(err, TDM_ERR_UNSUPPORTED,
+                             "gpu deltanet_step: no one-launch form for H_k %lld H_v %lld d_k %lld d_v %lld "
+                             "conv kernel %lld%s (tdm_gpu_deltanet_step_fits)",
+                             (long long)sh->n_k_head, (long long)sh->n_v_head, (long long)sh->d_k,
+                             (long long)sh->d_v, (long long)p->kernel, p->yq ? " with an int8 copy" : "");
+    dns_args a;
+    a.p = *p;
+    a.n_kh = (int)sh->n_k_head;
+    a.d_v = (int)sh->d_v;
+    a.group = (int)(sh->n_v_head / sh->n_k_head);
+    a.grouped = sh->map == TDM_GPU_HEADS_GROUPED;
+    a.kernel = (int)p->kernel;
+    a.channels = 2 * sh->n_k_head * sh->d_k + sh->n_v_head * sh->d_v;
+    a.pitch = (int)((sh->n_v_head * sh->d_v + 127) & ~(int64_t)127);
+    a.eps = sh->eps;
+    const int nch = (int)(2 * sh->d_k + sh->d_v);
+    const size_t smem = ((size_t)(p->kernel + 1) * nch + (size_t)sh->d_v) * sizeof(float);
+    TDM_LAUNCH(err, g, dns_kernel_of(sh->d_k), (unsigned)sh->n_v_head, (unsigned)(sh->d_v * DN_KSPLIT), smem, a);
+    return TDM_OK;
 }
 
 /* ---- chunked form ---- */

@@ -6,7 +6,10 @@
  * d_k state rows between them (rows ks, ks+4, ...), so each thread keeps
  * d_k/4 state values in registers for the whole sequence; the two sums over
  * the key index (S^T k, S^T q) are 2 shuffles. Decode and short batches run
- * this exact token-sequential recurrence; longer prompts the chunked form. */
+ * this exact token-sequential recurrence; longer prompts the chunked form.
+ * One decode token can instead run conv, recurrence and gated norm as one
+ * launch (tdm_gpu_deltanet_step): a block per value head, the same 4 threads
+ * per column. */
 #ifndef TDM_GPU_DELTANET_CUH
 #define TDM_GPU_DELTANET_CUH
 
@@ -17,6 +20,7 @@
 #define DN_COLS (DN_WARPS * 32 / DN_KSPLIT) /* value columns per block: 32 */
 #define DN_MAX_DK 256
 #define CONV_MAX_K 8
+#define DNS_MAX_THREADS 512 /* one-token step: d_v * DN_KSPLIT threads per value head */
 
 /* Chunked form (prefill, models.md §3.6.6): one block per (value head, tile
  * of DNC_COLS value columns), sequential over chunks of DNC_T tokens; every

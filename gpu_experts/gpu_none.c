@@ -269,6 +269,19 @@ tdm_status tdm_gpu_deltanet(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh, const 
     return NO_CUDA(err, "gpu deltanet");
 }
 
+bool tdm_gpu_deltanet_step_fits(const tdm_gpu_deltanet_shape *sh, int64_t kernel, bool copy)
+{
+    (void)sh, (void)kernel, (void)copy;
+    return false;
+}
+
+tdm_status tdm_gpu_deltanet_step(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh,
+                                 const tdm_gpu_deltanet_step_io *io, tdm_error *err)
+{
+    (void)g, (void)sh, (void)io;
+    return NO_CUDA(err, "gpu deltanet_step");
+}
+
 tdm_status tdm_gpu_router(tdm_gpu *g, const float *logits, int64_t ntok, int64_t n_expert,
                           int64_t k, bool renorm, int32_t *ids, float *weights, tdm_error *err)
 {

@@ -1,7 +1,7 @@
 /* test_gpu_ops: norms, the attention inputs (q/k norms, RoPE, q/gate split,
  * KV store), attention (decode and prefill, GQA, gated, positions from
  * device memory), DeltaNet conv + recurrence (decode steps, the sequential
- * and the chunked prefill) and the router, each against a float64 host
+ * and the chunked prefill, the one-launch decode step) and the router, each against a float64 host
  * reference on fresh random data with NaN-poisoned outputs and odd sizes. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -595,6 +595,123 @@ static void test_deltanet_chunked(void **state)
     GPU_OK(tdm_gpu_set_tuning(g_gpu, &bad, ERR));
 }
 
+/* One decode token's conv, recurrence and gated norm in one launch
+ * (tdm_gpu_deltanet_step), ntok tokens in sequence with the conv state, the
+ * recurrent state and the key heads' counters carried on the device, against
+ * the float64 conv, recurrence and gated norm above; the int8 copy byte for
+ * byte against the host's quantisation of y; the conv state exactly. */
+static void run_deltanet_step(int64_t nk, int64_t nv, int64_t dk, int64_t dv, tdm_gpu_head_map map, int64_t K,
+                              int64_t ntok, bool copy)
+{
+    const tdm_gpu_deltanet_shape sh = {nk, nv, dk, dv, map, 1e-6f};
+    const int64_t ch = 2 * nk * dk + nv * dv, ssz = nv * dk * dv, nout = nv * dv;
+    const float norm_eps = 1e-6f;
+    float *u = frand(ntok * ch, 1.0f), *w = frand(ch * K, 0.5f), *cs0 = frand((K - 1) * ch, 1.0f);
+    float *beta = frand(ntok * nv, 1.5f), *alpha = frand(ntok * nv, 1.5f), *dt = frand(nv, 0.5f);
+    float *z = frand(ntok * nout, 3.0f), *nw = frand(dv, 1.0f), *s0 = frand(ssz, 0.1f), *cyf = frand(ch, 1.0f);
+    float *A = frand(nv, 1.0f);
+    for (int64_t j = 0; j < nv; j++)
+        A[j] = -expf(A[j]);
+    double *cst = to_f64(cs0, (K - 1) * ch), *S = to_f64(s0, ssz), *cy = dalloc(ch), *o = dalloc(nout);
+    double *ref = dalloc(ntok * nout);
+    for (int64_t t = 0; t < ntok; t++) {
+        ref_conv(u + t * ch, w, cst, cy, 1, ch, K);
+        for (int64_t i = 0; i < ch; i++)
+            cyf[i] = (float)cy[i];
+        const dn_case c = {sh, 1, cyf, beta + t * nv, alpha + t * nv, A, dt, NULL};
+        ref_deltanet(&c, S, o);
+        for (int64_t j = 0; j < nv; j++) {
+            const double *oj = o + j * dv, r = 1.0 / sqrt(rms(oj, dv) * rms(oj, dv) + norm_eps);
+            for (int64_t i = 0; i < dv; i++) {
+                const double zz = z[t * nout + j * dv + i];
+                ref[t * nout + j * dv + i] = nw[i] * (oj[i] * r) * (zz / (1.0 + exp(-zz)));
+            }
+        }
+    }
+    float *du = dev_upload(u, sizeof(float) * ntok * ch), *dw = dev_upload(w, sizeof(float) * ch * K);
+    float *dcs = dev_upload(cs0, sizeof(float) * (K - 1) * ch), *dS = dev_upload(s0, sizeof(float) * ssz);
+    float *db = dev_upload(beta, sizeof(float) * ntok * nv), *da = dev_upload(alpha, sizeof(float) * ntok * nv);
+    float *dA = dev_upload(A, sizeof(float) * nv), *ddt = dev_upload(dt, sizeof(float) * nv);
+    float *dz = dev_upload(z, sizeof(float) * ntok * nout), *dnw = dev_upload(nw, sizeof(float) * dv);
+    float *dy = dev_poisoned(ntok * nout);
+    uint32_t *dsync = dev_alloc(nk * sizeof(uint32_t));
+    GPU_OK(tdm_gpu_memset(g_gpu, dsync, 0, nk * sizeof(uint32_t), ERR));
+    const size_t qb = tdm_gpu_xq8_bytes(1, nout);
+    uint8_t *dq = copy ? dev_alloc(ntok * qb) : NULL;
+    if (copy)
+        GPU_OK(tdm_gpu_memset(g_gpu, dq, 0xA5, ntok * qb, ERR));
+    for (int64_t t = 0; t < ntok; t++) {
+        const tdm_gpu_deltanet_step_io io = {
+            .qkv = du + t * ch, .conv_w = dw, .conv_state = dcs, .kernel = K, .beta = db + t * nv,
+            .alpha = da + t * nv, .ssm_a = dA, .dt_bias = ddt, .state = dS, .z = dz + t * nout, .norm_w = dnw,
+            .norm_eps = norm_eps, .y = dy + t * nout, .yq = copy ? dq + t * qb : NULL, .sync = dsync};
+        GPU_OK(tdm_gpu_deltanet_step(g_gpu, &sh, &io, ERR));
+    }
+    float *y = dev_download_f32(dy, ntok * nout), *gS = dev_download_f32(dS, ssz);
+    float *gcs = dev_download_f32(dcs, (K - 1) * ch);
+    uint32_t left[64];
+    assert_true(nk <= 64);
+    GPU_OK(tdm_gpu_download(g_gpu, left, dsync, nk * sizeof(uint32_t), ERR));
+    for (int64_t i = 0; i < nk; i++)
+        if (left[i] != 0)
+            fail_msg("deltanet_step: key head %lld's counter left at %u", (long long)i, left[i]);
+    char what[160];
+    snprintf(what, sizeof what, "deltanet_step %lldk/%lldv dk %lld dv %lld %s conv %lld, %lld tokens%s",
+             (long long)nk, (long long)nv, (long long)dk, (long long)dv,
+             map == TDM_GPU_HEADS_GROUPED ? "grouped" : "tiled", (long long)K, (long long)ntok,
+             copy ? " + int8 copy" : "");
+    check_close(what, y, ref, NULL, ntok * nout, 1e-4, 1e-4 * rms(ref, ntok * nout));
+    check_close("  its conv state", gcs, cst, NULL, (K - 1) * ch, 0, 0);
+    check_close("  its recurrent state", gS, S, NULL, ssz, 1e-4, 1e-4 * rms(S, ssz));
+    if (copy) {
+        uint8_t *got = malloc(ntok * qb), *want = malloc(ntok * qb);
+        assert_non_null(got);
+        assert_non_null(want);
+        GPU_OK(tdm_gpu_download(g_gpu, got, dq, ntok * qb, ERR));
+        memset(want, 0xA5, ntok * qb);
+        for (int64_t t = 0; t < ntok; t++)
+            GPU_OK(tdm_gpu_xq8_pack_host(y + t * nout, 1, nout, want + t * qb, ERR));
+        if (memcmp(got, want, ntok * qb) != 0)
+            fail_msg("%s: the int8 copy differs from the quantised output", what);
+        free(got), free(want);
+        dev_free(dq);
+    }
+    free(u), free(w), free(cs0), free(beta), free(alpha), free(dt), free(z), free(nw), free(s0), free(cyf);
+    free(A), free(cst), free(S), free(cy), free(o), free(ref), free(y), free(gS), free(gcs);
+    dev_free(du), dev_free(dw), dev_free(dcs), dev_free(dS), dev_free(db), dev_free(da), dev_free(dA);
+    dev_free(ddt), dev_free(dz), dev_free(dnw), dev_free(dy), dev_free(dsync);
+}
+
+static void test_deltanet_step(void **state)
+{
+    (void)state;
+    run_deltanet_step(16, 32, 128, 128, TDM_GPU_HEADS_TILED, 4, 6, true);   /* Qwen3.5 */
+    run_deltanet_step(16, 32, 128, 128, TDM_GPU_HEADS_GROUPED, 4, 3, true); /* Qwen3-Next */
+    run_deltanet_step(3, 3, 32, 64, TDM_GPU_HEADS_TILED, 2, 4, true);       /* a key head per value head */
+    run_deltanet_step(2, 8, 16, 16, TDM_GPU_HEADS_GROUPED, 8, 10, false);   /* micro, 4 value heads per key head */
+    run_deltanet_step(1, 3, 64, 40, TDM_GPU_HEADS_TILED, 3, 4, false);      /* d_v 40: 5 warps */
+    run_deltanet_step(2, 4, 128, 8, TDM_GPU_HEADS_TILED, 4, 3, false);      /* one warp, more q/k than threads */
+    /* shapes without the one-launch form, and bad input */
+    const tdm_gpu_deltanet_shape ok = {2, 4, 16, 32, TDM_GPU_HEADS_TILED, 1e-6f};
+    tdm_gpu_deltanet_shape bad[] = {ok, ok, ok, ok, ok};
+    bad[0].d_k = 256, bad[1].d_v = 100, bad[2].d_v = 136, bad[3].d_v = 40, bad[4].n_v_head = 5;
+    assert_true(tdm_gpu_deltanet_step_fits(&ok, 4, true));
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_false(tdm_gpu_deltanet_step_fits(&bad[i], 4, true));
+    assert_false(tdm_gpu_deltanet_step_fits(&ok, 9, false));
+    assert_false(tdm_gpu_deltanet_step_fits(&ok, 1, false));
+    float *p = dev_poisoned(4096);
+    tdm_gpu_deltanet_step_io io = {.qkv = p, .conv_w = p, .conv_state = p, .kernel = 4, .beta = p, .alpha = p,
+                                   .ssm_a = p, .dt_bias = p, .state = p, .z = p, .norm_w = p, .y = p};
+    tdm_error e = {0};
+    assert_int_equal(tdm_gpu_deltanet_step(g_gpu, &ok, &io, &e), TDM_ERR_INVALID); /* no counters */
+    printf("  %s\n", e.msg);
+    io.sync = (uint32_t *)p;
+    assert_int_equal(tdm_gpu_deltanet_step(g_gpu, &bad[1], &io, &e), TDM_ERR_UNSUPPORTED);
+    printf("  %s\n", e.msg);
+    dev_free(p);
+}
+
 /* ---------------- router ---------------- */
 static void run_router(int64_t ntok, int64_t E, int64_t k, bool renorm, bool ties)
 {
@@ -704,7 +821,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_attn_prep),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_ssm_conv),  cmocka_unit_test(test_deltanet),
-        cmocka_unit_test(test_deltanet_chunked),
+        cmocka_unit_test(test_deltanet_chunked), cmocka_unit_test(test_deltanet_step),
         cmocka_unit_test(test_router),    cmocka_unit_test(test_copy_stream),
     };
     return cmocka_run_group_tests(tests, gpu_setup, gpu_teardown);
