@@ -599,7 +599,10 @@ static void test_deltanet_chunked(void **state)
  * (tdm_gpu_deltanet_step), ntok tokens in sequence with the conv state, the
  * recurrent state and the key heads' counters carried on the device, against
  * the float64 conv, recurrence and gated norm above; the int8 copy byte for
- * byte against the host's quantisation of y; the conv state exactly. */
+ * byte against the host's quantisation of y; the conv state exactly. As in
+ * the forward, each token's beta comes from the kernel launched right before
+ * the step (here a fill over a poisoned buffer, one value per token), the
+ * step's other inputs and states from two or more launches back (gpu.h). */
 static void run_deltanet_step(int64_t nk, int64_t nv, int64_t dk, int64_t dv, tdm_gpu_head_map map, int64_t K,
                               int64_t ntok, bool copy)
 {
@@ -608,6 +611,8 @@ static void run_deltanet_step(int64_t nk, int64_t nv, int64_t dk, int64_t dv, td
     const float norm_eps = 1e-6f;
     float *u = frand(ntok * ch, 1.0f), *w = frand(ch * K, 0.5f), *cs0 = frand((K - 1) * ch, 1.0f);
     float *beta = frand(ntok * nv, 1.5f), *alpha = frand(ntok * nv, 1.5f), *dt = frand(nv, 0.5f);
+    for (int64_t i = 0; i < ntok * nv; i++)
+        beta[i] = beta[i / nv * nv];
     float *z = frand(ntok * nout, 3.0f), *nw = frand(dv, 1.0f), *s0 = frand(ssz, 0.1f), *cyf = frand(ch, 1.0f);
     float *A = frand(nv, 1.0f);
     for (int64_t j = 0; j < nv; j++)
@@ -630,7 +635,7 @@ static void run_deltanet_step(int64_t nk, int64_t nv, int64_t dk, int64_t dv, td
     }
     float *du = dev_upload(u, sizeof(float) * ntok * ch), *dw = dev_upload(w, sizeof(float) * ch * K);
     float *dcs = dev_upload(cs0, sizeof(float) * (K - 1) * ch), *dS = dev_upload(s0, sizeof(float) * ssz);
-    float *db = dev_upload(beta, sizeof(float) * ntok * nv), *da = dev_upload(alpha, sizeof(float) * ntok * nv);
+    float *db = dev_poisoned(ntok * nv), *da = dev_upload(alpha, sizeof(float) * ntok * nv);
     float *dA = dev_upload(A, sizeof(float) * nv), *ddt = dev_upload(dt, sizeof(float) * nv);
     float *dz = dev_upload(z, sizeof(float) * ntok * nout), *dnw = dev_upload(nw, sizeof(float) * dv);
     float *dy = dev_poisoned(ntok * nout);
@@ -645,6 +650,7 @@ static void run_deltanet_step(int64_t nk, int64_t nv, int64_t dk, int64_t dv, td
             .qkv = du + t * ch, .conv_w = dw, .conv_state = dcs, .kernel = K, .beta = db + t * nv,
             .alpha = da + t * nv, .ssm_a = dA, .dt_bias = ddt, .state = dS, .z = dz + t * nout, .norm_w = dnw,
             .norm_eps = norm_eps, .y = dy + t * nout, .yq = copy ? dq + t * qb : NULL, .sync = dsync};
+        GPU_OK(tdm_gpu_fill_f32(g_gpu, db + t * nv, beta[t * nv], nv, ERR));
         GPU_OK(tdm_gpu_deltanet_step(g_gpu, &sh, &io, ERR));
     }
     float *y = dev_download_f32(dy, ntok * nout), *gS = dev_download_f32(dS, ssz);
