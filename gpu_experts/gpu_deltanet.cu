@@ -286,10 +286,9 @@ extern "C" bool tdm_gpu_deltanet_step_fits(const tdm_gpu_deltanet_shape *sh, int
 }
 
 extern "C" tdm_status tdm_gpu_deltanet_step(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh,
-                                            const tdm_gpu_deltanet_step_io *st, tdm_error *err)
+                                            const tdm_gpu_deltanet_step_io *p, tdm_error *err)
 {
-    TDM_REQUIRE(err, sh && st, "gpu deltanet_step: NULL argument");
-    const tdm_gpu_deltanet_step_io *p = st;
+    TDM_REQUIRE(err, sh && p, "gpu deltanet_step: NULL argument");
     TDM_REQUIRE(err, p->qkv && p->conv_w && p->conv_state && p->beta && p->alpha && p->ssm_a && p->dt_bias &&
                          p->state && p->z && p->norm_w && p->y && (p->sync || sh->n_v_head == sh->n_k_head),
                 "gpu deltanet_step: NULL argument");
