@@ -169,7 +169,7 @@ int main(int argc, char **argv)
     int32_t *tok = malloc((size_t)n_ctx * sizeof(int32_t));
     for (int32_t i = 0; i < n_ctx; i++)
         tok[i] = (int32_t)((i * 7919u + 13u) % (unsigned)(hp->n_vocab > 1000 ? 1000 : hp->n_vocab));
-    float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    float *logits = tdm_forward_gpu_host_logits(f); /* page-locked, as a session's */
     const double kv_per_pos = (double)hp->n_attn_layers * 2.0 * hp->n_head_kv * hp->head_dim * 2.0;
 
     cJSON *root = cJSON_CreateObject(), *rows = cJSON_CreateArray();
@@ -248,7 +248,7 @@ int main(int argc, char **argv)
     cJSON_AddItemToObject(root, "passes", rows);
 
     const int rc = bench_write_json(root, out);
-    free(tok), free(logits);
+    free(tok);
     tdm_forward_gpu_free(f);
     tdm_model_free(m);
     return rc;

@@ -100,8 +100,9 @@ struct tdm_forward_gpu {
     size_t attn_bytes;
 
     /* host */
-    float *hx;                 /* pinned [S][n_embd] embeddings */
-    int32_t *hpos;             /* pinned [S] positions */
+    float *hx;                 /* pinned [S][n_embd] embeddings (uploaded without waiting) */
+    int32_t *hpos;             /* pinned [S] positions (likewise) */
+    float *host_logits;        /* pinned [n_vocab] (tdm_forward_gpu_host_logits) */
     int32_t *pos;              /* view: [B] at token sub0 of span_pos */
     int32_t *hids;             /* [B][k] (route hook) */
     float *hwts;               /* [B][k] */
@@ -119,8 +120,9 @@ struct tdm_forward_gpu {
     bool *full;                /* [n_layer] MoE layers holding every expert: no hand-off launches */
     uint32_t *hstate;          /* device [TDM_GPU_HANDOFF_WORDS] */
     uint32_t hstate_host[TDM_GPU_HANDOFF_WORDS];
+    uint32_t *hstate_in;       /* pinned [TDM_GPU_HANDOFF_WORDS]: hstate as step_end reads it back */
     tdm_gpu_handoff ho;
-    int32_t *pass_ids;         /* host [n_layer][S][k] routing of the last batch or span */
+    int32_t *pass_ids;         /* pinned [n_layer][S][k] routing of the last batch or span */
     /* the direct share: decode launches read the first `quota` misses of a
      * layer from the model's expert memory, registered with the device
      * (zero-copy); the pool computes the rest (executor.h params.direct) */
@@ -139,7 +141,7 @@ struct tdm_forward_gpu {
     float *pwts;               /* device [k] their weights (unused) */
     tdm_gpu_route_order order; /* device: the pool's hint (pf.last) and a prefetching layer's selections with
                                 * the hinted ones last ([k]), which its MoE launch reads */
-    int32_t *stage_host;       /* host [n_layer][pf.n]: what the last step staged */
+    int32_t *stage_host;       /* pinned [n_layer][pf.n]: what the last step staged */
     /* the direct share of one-token steps, staged: after the publish, the
      * share's misses are copied into ds.n (k) more spare slots by a copy
      * kernel with the GPU to itself, then computed as hits (the MoE kernels'
@@ -426,8 +428,6 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f)
     if (f->reg_base)
         tdm_gpu_host_unregister(f->g, f->reg_base);
     tdm_gpu_slot_device_free(f->sdev);
-    free(f->pass_ids);
-    free(f->stage_host);
     free(f->full);
     free(f->st_map_host);
     free(f->st_experts);
@@ -435,7 +435,7 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f)
     free(f->st_first);
     free(f->st_count);
     free(f->st_pieces);
-    tdm_gpu_free(f->g); /* every device and pinned buffer */
+    tdm_gpu_free(f->g); /* every device and pinned buffer (host_logits, pass_ids, stage_host, ...) */
     free(f->L);
     free(f->hids);
     free(f->hwts);
@@ -512,6 +512,8 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
         st = tdm_gpu_alloc_host(f->g, S * d * sizeof(float), (void **)&f->hx, err);
     if (!st)
         st = tdm_gpu_alloc_host(f->g, S * sizeof(int32_t), (void **)&f->hpos, err);
+    if (!st)
+        st = tdm_gpu_alloc_host(f->g, (size_t)hp->n_vocab * sizeof(float), (void **)&f->host_logits, err);
     if (st)
         return st;
     span_view(f, 0);
@@ -651,9 +653,7 @@ static tdm_status alloc_prefetch(tdm_forward_gpu *f, int32_t n, tdm_error *err)
     TRY(dalloc(f, k * sizeof(float), &f->order.weights, err));
     f->order.last = f->pf.last;
     TRY(dalloc(f, stage_bytes(f), &f->pf.stage, err));
-    f->stage_host = malloc(stage_bytes(f));
-    if (!f->stage_host)
-        return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: prefetch table");
+    TRY(tdm_gpu_alloc_host(f->g, stage_bytes(f), (void **)&f->stage_host, err));
     return tdm_gpu_memset(f->g, f->pf.stage, 0xff, stage_bytes(f), err);
 }
 
@@ -667,7 +667,6 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     const tdm_hparams *hp = f->hp;
     const size_t slot = tdm_expert_cache_slot_bytes_for(f->m);
     const uint64_t budget = f->budget.budget;
-    const size_t cells = (size_t)hp->n_layer * (size_t)hp->n_expert;
     /* the ledger again, over the fixed part as allocated: the first plan's
      * weights and scratch were estimates (before anything was allocated);
      * the slots get what they kept back, and a fixed part over the budget
@@ -778,8 +777,9 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
         f->pf.quota = f->ho.quota;
         f->pf.hints = f->hstate + TDM_GPU_HANDOFF_HINTS;
     }
-    f->pass_ids = malloc(cells > 0 ? (size_t)hp->n_layer * f->S * hp->n_expert_used * sizeof(int32_t) : 1);
-    return f->pass_ids ? TDM_OK : tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: routing buffer");
+    TRY(tdm_gpu_alloc_host(f->g, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), (void **)&f->hstate_in, err));
+    return tdm_gpu_alloc_host(f->g, (size_t)hp->n_layer * f->S * hp->n_expert_used * sizeof(int32_t),
+                              (void **)&f->pass_ids, err);
 }
 
 /* The smallest batch that streams (0: none) for executor parameters xp. */
@@ -927,6 +927,7 @@ size_t tdm_forward_gpu_bytes(const tdm_forward_gpu *f) { return f->bytes; }
 size_t tdm_forward_gpu_weight_bytes(const tdm_forward_gpu *f) { return f->weight_bytes; }
 int32_t tdm_forward_gpu_n_ctx(const tdm_forward_gpu *f) { return f->n_ctx; }
 tdm_gpu *tdm_forward_gpu_context(tdm_forward_gpu *f) { return f->g; }
+float *tdm_forward_gpu_host_logits(tdm_forward_gpu *f) { return f->host_logits; }
 void tdm_forward_gpu_set_matmul_min(tdm_forward_gpu *f, int32_t n) { f->mm_min = n < 1 ? 1 : n; }
 void tdm_forward_gpu_set_graphs(tdm_forward_gpu *f, bool on)
 {
@@ -1369,8 +1370,10 @@ static tdm_status embed(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, in
             return tdm_error_wrap(err, "forward_gpu: embedding %s", te->name);
         f->hpos[t] = pos0 + t;
     }
-    TRY(tdm_gpu_upload(f->g, f->x, f->hx, (size_t)n * d * sizeof(float), err));
-    return tdm_gpu_upload(f->g, f->pos, f->hpos, (size_t)n * sizeof(int32_t), err);
+    /* every eval ends synchronised (tdm_forward_gpu_eval), so no earlier
+     * upload still reads hx or hpos here */
+    TRY(tdm_gpu_upload_async(f->g, f->x, f->hx, (size_t)n * d * sizeof(float), err));
+    return tdm_gpu_upload_async(f->g, f->pos, f->hpos, (size_t)n * sizeof(int32_t), err);
 }
 
 /* Output head over rows t0 .. t0+nr-1 (nr <= LOGIT_ROWS) into f->logits. */
@@ -1515,20 +1518,26 @@ static tdm_status hybrid_begin(tdm_forward_gpu *f, tdm_error *err)
     return tdm_gpu_mark(f->g, 0, err);
 }
 
-/* Hybrid, after a step of n tokens (a span: batch by batch; synchronises):
- * its routing and the hand-off counters go to the executor (statistics,
- * cache policy, the direct share; direct: the step's launches read it). */
-static tdm_status hybrid_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_error *err)
+/* After a step of n tokens (a span: batch by batch), with whatever the
+ * step queued (the decode graph's logits download): one wait. Hybrid: the
+ * step's routing and the hand-off counters are read back in the same wait
+ * and go to the executor (statistics, cache policy, the direct share;
+ * direct: the step's launches read it). */
+static tdm_status step_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_error *err)
 {
     if (!f->ex)
-        return TDM_OK;
+        return tdm_gpu_sync(f->g, err);
     const size_t k = (size_t)f->hp->n_expert_used, row = (size_t)n * k * sizeof(int32_t);
-    uint32_t hs[TDM_GPU_HANDOFF_WORDS];
+    const uint32_t *hs = f->hstate_in;
+    const bool staged = f->pf.n && n == 1 && direct;
     float ms = 0.0f;
     TRY(tdm_gpu_mark(f->g, 1, err));
-    TRY(tdm_gpu_download_rows(f->g, f->pass_ids, row, f->ids, (size_t)f->S * k * sizeof(int32_t), row,
-                              (size_t)f->hp->n_layer, err));
-    TRY(tdm_gpu_download(f->g, hs, f->hstate, sizeof hs, err));
+    TRY(tdm_gpu_download_rows_async(f->g, f->pass_ids, row, f->ids, (size_t)f->S * k * sizeof(int32_t), row,
+                                    (size_t)f->hp->n_layer, err));
+    TRY(tdm_gpu_download_async(f->g, f->hstate_in, f->hstate, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), err));
+    if (staged)
+        TRY(tdm_gpu_download_async(f->g, f->stage_host, f->pf.stage, stage_bytes(f), err));
+    TRY(tdm_gpu_sync(f->g, err));
     TRY(tdm_gpu_elapsed_ms(f->g, 0, 1, &ms, err));
     if (hs[TDM_GPU_HANDOFF_TIMEOUTS] != f->hstate_host[TDM_GPU_HANDOFF_TIMEOUTS]) {
         tdm_error pe = {0};
@@ -1539,10 +1548,7 @@ static tdm_status hybrid_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_err
     const uint64_t wait = hs[TDM_GPU_HANDOFF_WAIT_LO] | (uint64_t)hs[TDM_GPU_HANDOFF_WAIT_HI] << 32;
     const uint64_t prev = f->hstate_host[TDM_GPU_HANDOFF_WAIT_LO] |
                           (uint64_t)f->hstate_host[TDM_GPU_HANDOFF_WAIT_HI] << 32;
-    memcpy(f->hstate_host, hs, sizeof hs);
-    const bool staged = f->pf.n && n == 1 && direct;
-    if (staged)
-        TRY(tdm_gpu_download(f->g, f->stage_host, f->pf.stage, stage_bytes(f), err));
+    memcpy(f->hstate_host, hs, sizeof f->hstate_host);
     for (int32_t t0 = 0; t0 < n; t0 += f->B) /* the step's times go with its first batch */
         TRY(tdm_executor_gpu_end(f->ex, f->pass_ids + (size_t)t0 * k, (size_t)n * k, n - t0 < f->B ? n - t0 : f->B,
                                  t0 ? 0.0 : ms, t0 ? 0.0 : (double)(wait - prev) * 1e-6, direct ? f->quota_host : -1,
@@ -1560,7 +1566,7 @@ static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t 
     if (!st)
         st = f->streaming ? span_layers(f, n, pos0, err) : layers(f, n, pos0, err);
     if (!st)
-        st = logits ? head(f, n, logits, all, err) : tdm_gpu_sync(f->g, err);
+        st = logits ? head(f, n, logits, all, err) : TDM_OK;
     if (f->streaming && f->st_total) {
         /* the copy jobs took job numbers: the GPU's next job must follow them,
          * also after a failure (a merge would otherwise see a larger, stale
@@ -1574,7 +1580,7 @@ static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t 
         tdm_executor_gpu_streamed(f->ex, (int64_t)f->st_moe_layers * ((n + f->B - 1) / f->B), f->st_bytes);
     const bool direct = direct_batch(f, n);
     f->streaming = false;
-    return st ? st : hybrid_end(f, n, direct, err);
+    return st ? st : step_end(f, n, direct, err);
 }
 
 /* The decode step as one CUDA graph, recorded at the first decode and
@@ -1606,13 +1612,13 @@ static bool decode_graph(tdm_forward_gpu *f, int32_t pos0, float *logits, tdm_st
             return true;
     }
     *st = tdm_gpu_graph_launch(f->g, f->graph, err);
-    if (!*st)
-        *st = tdm_gpu_download(f->g, logits, f->logits, (size_t)f->hp->n_vocab * sizeof(float), err);
+    if (!*st) /* waited for by step_end */
+        *st = tdm_gpu_download_async(f->g, logits, f->logits, (size_t)f->hp->n_vocab * sizeof(float), err);
     return true;
 }
 
-tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
-                                bool logits_all, tdm_error *err)
+static tdm_status eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
+                       bool logits_all, tdm_error *err)
 {
     const tdm_hparams *hp = f->hp;
     if (n <= 0 || pos0 < 0 || (int64_t)pos0 + n > f->n_ctx)
@@ -1628,7 +1634,8 @@ tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32
         TRY(hybrid_begin(f, err));
         tdm_status st = TDM_OK;
         if (decode_graph(f, pos0, logits, &st, err))
-            return st ? st : hybrid_end(f, 1, direct_batch(f, 1), err);
+            return st ? st : step_end(f, 1, direct_batch(f, 1), err);
+        TRY(tdm_gpu_sync(f->g, err)); /* the step runs eagerly below: its embed rewrites hx */
     }
     for (int32_t b0 = 0, nb; b0 < n; b0 += nb) {
         /* a streaming prompt: spans of up to S tokens; otherwise batches of B */
@@ -1639,4 +1646,15 @@ tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32
         TRY(eval_batch(f, tokens + b0, nb, pos0 + b0, dst, logits_all, err));
     }
     return TDM_OK;
+}
+
+tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
+                                bool logits_all, tdm_error *err)
+{
+    const tdm_status st = eval(f, tokens, n, pos0, logits, logits_all, err);
+    if (st) { /* copies a failed step queued finish before the caller (or the next eval) touches their memory */
+        tdm_error e = {0};
+        (void)tdm_gpu_sync(f->g, &e);
+    }
+    return st;
 }

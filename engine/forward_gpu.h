@@ -106,10 +106,17 @@ int32_t tdm_forward_gpu_n_ctx(const tdm_forward_gpu *f);
 /* The context (timing marks, bandwidth probes in benchmarks). */
 tdm_gpu *tdm_forward_gpu_context(tdm_forward_gpu *f);
 
+/* f's page-locked [n_vocab] logits buffer, owned by f (valid until
+ * tdm_forward_gpu_free): the destination the decode step's download needs
+ * to run without a staging copy. */
+float *tdm_forward_gpu_host_logits(tdm_forward_gpu *f);
+
 /* Zeroes the recurrent state. */
 tdm_status tdm_forward_gpu_reset(tdm_forward_gpu *f, tdm_error *err);
 
-/* As tdm_forward_eval (forward.h); logits are downloaded (synchronises). */
+/* As tdm_forward_eval (forward.h); logits are downloaded and the call
+ * returns synchronised, also when it fails. A one-token step's logits
+ * download fastest into tdm_forward_gpu_host_logits(f). */
 tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
                                 bool logits_all, tdm_error *err);
 

@@ -32,7 +32,7 @@ struct tdm_session {
     int32_t n_ctx;
     int32_t n_past;
     int32_t *tokens;   /* [n_ctx] */
-    float *logits;     /* [n_vocab] of the last evaluated token */
+    float *logits;     /* [n_vocab] of the last evaluated token; owned by fg when fg (page-locked) */
     bool has_rec;      /* the model has recurrent layers */
     float *ckpt[2];    /* [tdm_forward_rec_floats] recurrent state at ckpt_pos: prompt, mark */
     int32_t ckpt_pos[2]; /* -1: none */
@@ -90,7 +90,12 @@ static tdm_status create(tdm_model *m, int32_t n_ctx, tdm_device dev, const tdm_
     }
     s->has_rec = hp->n_rec_layers > 0;
     s->tokens = malloc((size_t)n_ctx * sizeof(int32_t));
-    s->logits = calloc((size_t)hp->n_vocab, sizeof(float));
+    if (s->fg) {
+        s->logits = tdm_forward_gpu_host_logits(s->fg);
+        memset(s->logits, 0, (size_t)hp->n_vocab * sizeof(float));
+    } else {
+        s->logits = calloc((size_t)hp->n_vocab, sizeof(float));
+    }
     for (int i = 0; i < 2; i++)
         s->ckpt[i] = s->has_rec ? malloc(rec_floats(s) * sizeof(float)) : NULL;
     if (!s->tokens || !s->logits || (s->has_rec && (!s->ckpt[0] || !s->ckpt[1]))) {
@@ -124,9 +129,10 @@ void tdm_session_free(tdm_session *s)
     if (!s)
         return;
     tdm_forward_free(s->f);
-    tdm_forward_gpu_free(s->fg);
     free(s->tokens);
-    free(s->logits);
+    if (!s->fg)
+        free(s->logits);
+    tdm_forward_gpu_free(s->fg);
     free(s->ckpt[0]);
     free(s->ckpt[1]);
     free(s);

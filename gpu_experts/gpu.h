@@ -76,6 +76,13 @@ void tdm_gpu_host_unregister(tdm_gpu *g, const void *p);
 /* Synchronous copies on the compute stream (they wait for queued kernels). */
 tdm_status tdm_gpu_upload(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err);
 tdm_status tdm_gpu_download(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err);
+/* The same copies queued on the compute stream without waiting: an upload's
+ * source must stay unchanged, and a download's destination unread, until the
+ * next tdm_gpu_sync (or synchronous copy). With page-locked host memory
+ * (tdm_gpu_alloc_host) the host goes on at once; with pageable memory the
+ * driver may wait for the copy anyway. */
+tdm_status tdm_gpu_upload_async(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err);
+tdm_status tdm_gpu_download_async(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err);
 /* Asynchronous device-to-device copy and fill on the compute stream. */
 tdm_status tdm_gpu_copy(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err);
 tdm_status tdm_gpu_memset(tdm_gpu *g, void *dst, int byte, size_t bytes, tdm_error *err);

@@ -268,6 +268,18 @@ extern "C" tdm_status tdm_gpu_download(tdm_gpu *g, void *dst, const void *src, s
     return TDM_OK;
 }
 
+extern "C" tdm_status tdm_gpu_upload_async(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err)
+{
+    TDM_CU(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g->stream));
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_download_async(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err)
+{
+    TDM_CU(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g->stream));
+    return TDM_OK;
+}
+
 extern "C" tdm_status tdm_gpu_copy(tdm_gpu *g, void *dst, const void *src, size_t bytes,
                                    tdm_error *err)
 {

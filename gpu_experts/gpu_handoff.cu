@@ -186,13 +186,12 @@ extern "C" tdm_status tdm_gpu_handoff_merge(tdm_gpu *g, const tdm_gpu_handoff *h
     return TDM_OK;
 }
 
-extern "C" tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src,
+extern "C" tdm_status tdm_gpu_download_rows_async(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src,
                                             size_t src_pitch, size_t width, size_t rows, tdm_error *err)
 {
     if (!rows || !width)
         return TDM_OK;
     TDM_CU(err, cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToHost, g->stream));
-    TDM_CU(err, cudaStreamSynchronize(g->stream));
     return TDM_OK;
 }
 

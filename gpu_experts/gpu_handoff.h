@@ -184,8 +184,9 @@ tdm_status tdm_gpu_direct_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t l
                                 const tdm_gpu_expert_table *table, tdm_error *err);
 
 /* Device copy dst[r][0..width) = src[r * src_pitch ...] for rows r < rows
- * into host memory, then waits (2-D download, e.g. one layer-strided slab). */
-tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+ * into host memory (2-D download, e.g. one layer-strided slab), queued like
+ * tdm_gpu_download_async: dst holds it after the next tdm_gpu_sync. */
+tdm_status tdm_gpu_download_rows_async(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
                                  size_t width, size_t rows, tdm_error *err);
 
 /* Copies rows rows of width bytes from src (rows spitch apart) to dst

@@ -22,7 +22,7 @@ tdm_status tdm_gpu_handoff_merge(tdm_gpu *g, const tdm_gpu_handoff *h, float *y,
     return no_cuda(err, "gpu handoff");
 }
 
-tdm_status tdm_gpu_download_rows(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+tdm_status tdm_gpu_download_rows_async(tdm_gpu *g, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
                                  size_t width, size_t rows, tdm_error *err)
 {
     (void)g, (void)dst, (void)dst_pitch, (void)src, (void)src_pitch, (void)width, (void)rows;

@@ -67,6 +67,16 @@ tdm_status tdm_gpu_download(tdm_gpu *g, void *dst, const void *src, size_t bytes
     return NO_CUDA(err, "gpu download");
 }
 
+tdm_status tdm_gpu_upload_async(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err)
+{
+    return tdm_gpu_upload(g, dst, src, bytes, err);
+}
+
+tdm_status tdm_gpu_download_async(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err)
+{
+    return tdm_gpu_download(g, dst, src, bytes, err);
+}
+
 tdm_status tdm_gpu_copy(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err)
 {
     (void)g, (void)dst, (void)src, (void)bytes;
