@@ -252,9 +252,13 @@ tdm_forward *tdm_session_forward(tdm_session *s)
 {
     if (s->fg && s->n_past == 0) {
         tdm_error e = {0};
-        if (tdm_forward_new(s->m, s->n_ctx, TDM_FORWARD_BATCH_DEFAULT, &s->f, &e) == TDM_OK) {
+        float *logits = calloc((size_t)tdm_model_hparams(s->m)->n_vocab, sizeof(float));
+        if (logits && tdm_forward_new(s->m, s->n_ctx, TDM_FORWARD_BATCH_DEFAULT, &s->f, &e) == TDM_OK) {
             tdm_forward_gpu_free(s->fg); /* same recurrent-state layout: checkpoints stay valid */
             s->fg = NULL;
+            s->logits = logits; /* fg's page-locked buffer went with it */
+        } else {
+            free(logits);
         }
     }
     return s->f;
