@@ -1537,7 +1537,7 @@ static tdm_status step_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_error
     TRY(tdm_gpu_download_async(f->g, f->hstate_in, f->hstate, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), err));
     if (staged)
         TRY(tdm_gpu_download_async(f->g, f->stage_host, f->pf.stage, stage_bytes(f), err));
-    TRY(tdm_gpu_sync(f->g, err));
+    TRY(tdm_gpu_sync_sleeping(f->g, err)); /* the pool's threads need the CPU this one would spin on */
     TRY(tdm_gpu_elapsed_ms(f->g, 0, 1, &ms, err));
     if (hs[TDM_GPU_HANDOFF_TIMEOUTS] != f->hstate_host[TDM_GPU_HANDOFF_TIMEOUTS]) {
         tdm_error pe = {0};

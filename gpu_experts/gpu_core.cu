@@ -65,6 +65,8 @@ static void destroy(tdm_gpu *g)
         cudaEventDestroy(g->copy_done);
     if (g->compute_done)
         cudaEventDestroy(g->compute_done);
+    if (g->sleep_done)
+        cudaEventDestroy(g->sleep_done);
     if (g->side_fork)
         cudaEventDestroy(g->side_fork);
     if (g->side_done)
@@ -101,6 +103,7 @@ static tdm_status create(tdm_gpu *g, int device, tdm_error *err)
         TDM_CU(err, cudaEventCreate(&g->marks[i]));
     TDM_CU(err, cudaEventCreateWithFlags(&g->copy_done, cudaEventDisableTiming));
     TDM_CU(err, cudaEventCreateWithFlags(&g->compute_done, cudaEventDisableTiming));
+    TDM_CU(err, cudaEventCreateWithFlags(&g->sleep_done, cudaEventDisableTiming | cudaEventBlockingSync));
     for (int i = 0; i < TDM_GPU_FENCES; i++)
         TDM_CU(err, cudaEventCreateWithFlags(&g->fences[i], cudaEventDisableTiming));
     TDM_BLAS(err, cublasCreate(&g->blas));
@@ -382,6 +385,13 @@ extern "C" tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err)
     TDM_CU(err, cudaStreamSynchronize(g->stream));
     TDM_CU(err, cudaGetLastError());
     return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_sync_sleeping(tdm_gpu *g, tdm_error *err)
+{
+    TDM_CU(err, cudaEventRecord(g->sleep_done, g->stream));
+    TDM_CU(err, cudaEventSynchronize(g->sleep_done));
+    return tdm_gpu_sync(g, err); /* nothing left to wait for: reports the stream's errors */
 }
 
 extern "C" tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, tdm_error *err)
