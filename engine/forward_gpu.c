@@ -1526,7 +1526,7 @@ static tdm_status hybrid_begin(tdm_forward_gpu *f, tdm_error *err)
 static tdm_status step_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_error *err)
 {
     if (!f->ex)
-        return tdm_gpu_sync(f->g, err);
+        return tdm_gpu_sync_pausing(f->g, err);
     const size_t k = (size_t)f->hp->n_expert_used, row = (size_t)n * k * sizeof(int32_t);
     const uint32_t *hs = f->hstate_in;
     const bool staged = f->pf.n && n == 1 && direct;
@@ -1537,7 +1537,7 @@ static tdm_status step_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_error
     TRY(tdm_gpu_download_async(f->g, f->hstate_in, f->hstate, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), err));
     if (staged)
         TRY(tdm_gpu_download_async(f->g, f->stage_host, f->pf.stage, stage_bytes(f), err));
-    TRY(tdm_gpu_sync_sleeping(f->g, err)); /* the pool's threads need the CPU this one would spin on */
+    TRY(tdm_gpu_sync_pausing(f->g, err)); /* the pool's threads need the CPU the driver's spin took */
     TRY(tdm_gpu_elapsed_ms(f->g, 0, 1, &ms, err));
     if (hs[TDM_GPU_HANDOFF_TIMEOUTS] != f->hstate_host[TDM_GPU_HANDOFF_TIMEOUTS]) {
         tdm_error pe = {0};

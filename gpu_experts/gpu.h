@@ -121,11 +121,11 @@ tdm_status tdm_gpu_side_end(tdm_gpu *g, tdm_error *err);
 tdm_status tdm_gpu_side_join(tdm_gpu *g, tdm_error *err);
 /* Waits for the compute stream; reports any asynchronous kernel error. */
 tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err);
-/* The same, but the calling thread sleeps until the stream is done instead
- * of spinning, at the cost of a wake-up: for long waits while other threads
- * of the process need the CPU (the hybrid step's CPU expert pool, whose
- * decode lost 5-10% to a host thread spinning through every step). */
-tdm_status tdm_gpu_sync_sleeping(tdm_gpu *g, tdm_error *err);
+/* The same for long waits: the calling thread polls with pause
+ * instructions between the polls instead of the driver's spin, which took
+ * CPU time from the hybrid step's CPU expert pool (5-10% of its decode on
+ * the H200 host); a sleeping wait costs a wake-up (~0.1-0.2 ms there). */
+tdm_status tdm_gpu_sync_pausing(tdm_gpu *g, tdm_error *err);
 
 /* Device timing for benchmarks: records a mark on the compute stream;
  * tdm_gpu_elapsed_ms() waits for the later mark and returns the time

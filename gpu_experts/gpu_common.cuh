@@ -30,7 +30,7 @@ struct tdm_gpu {
     cudaEvent_t side_fork, side_done;    /* the side stream's fork from and join to the compute stream */
     cudaEvent_t marks[TDM_GPU_MARKS];
     cudaEvent_t copy_done, compute_done; /* stream-ordering fences (no timing) */
-    cudaEvent_t sleep_done;              /* blocking-sync event of tdm_gpu_sync_sleeping */
+    cudaEvent_t sync_done;               /* tdm_gpu_sync_pausing's (no timing) */
     cudaEvent_t fences[TDM_GPU_FENCES];  /* tdm_gpu_fence_copies (no timing) */
     cublasHandle_t blas;
     int sm_count;

@@ -65,8 +65,8 @@ static void destroy(tdm_gpu *g)
         cudaEventDestroy(g->copy_done);
     if (g->compute_done)
         cudaEventDestroy(g->compute_done);
-    if (g->sleep_done)
-        cudaEventDestroy(g->sleep_done);
+    if (g->sync_done)
+        cudaEventDestroy(g->sync_done);
     if (g->side_fork)
         cudaEventDestroy(g->side_fork);
     if (g->side_done)
@@ -103,7 +103,7 @@ static tdm_status create(tdm_gpu *g, int device, tdm_error *err)
         TDM_CU(err, cudaEventCreate(&g->marks[i]));
     TDM_CU(err, cudaEventCreateWithFlags(&g->copy_done, cudaEventDisableTiming));
     TDM_CU(err, cudaEventCreateWithFlags(&g->compute_done, cudaEventDisableTiming));
-    TDM_CU(err, cudaEventCreateWithFlags(&g->sleep_done, cudaEventDisableTiming | cudaEventBlockingSync));
+    TDM_CU(err, cudaEventCreateWithFlags(&g->sync_done, cudaEventDisableTiming));
     for (int i = 0; i < TDM_GPU_FENCES; i++)
         TDM_CU(err, cudaEventCreateWithFlags(&g->fences[i], cudaEventDisableTiming));
     TDM_BLAS(err, cublasCreate(&g->blas));
@@ -387,10 +387,18 @@ extern "C" tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err)
     return TDM_OK;
 }
 
-extern "C" tdm_status tdm_gpu_sync_sleeping(tdm_gpu *g, tdm_error *err)
+extern "C" tdm_status tdm_gpu_sync_pausing(tdm_gpu *g, tdm_error *err)
 {
-    TDM_CU(err, cudaEventRecord(g->sleep_done, g->stream));
-    TDM_CU(err, cudaEventSynchronize(g->sleep_done));
+    TDM_CU(err, cudaEventRecord(g->sync_done, g->stream));
+    cudaError_t e;
+    while ((e = cudaEventQuery(g->sync_done)) == cudaErrorNotReady)
+        for (int i = 0; i < 32; i++) /* ~2 us between polls */
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#else
+            ;
+#endif
+    TDM_CU(err, e);
     return tdm_gpu_sync(g, err); /* nothing left to wait for: reports the stream's errors */
 }
 

@@ -155,7 +155,7 @@ tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err)
     return NO_CUDA(err, "gpu sync");
 }
 
-tdm_status tdm_gpu_sync_sleeping(tdm_gpu *g, tdm_error *err) { return tdm_gpu_sync(g, err); }
+tdm_status tdm_gpu_sync_pausing(tdm_gpu *g, tdm_error *err) { return tdm_gpu_sync(g, err); }
 
 tdm_status tdm_gpu_mark(tdm_gpu *g, int mark, tdm_error *err)
 {
