@@ -35,6 +35,8 @@ struct tdm_pool {
     _Atomic uint32_t quit;                  /* set (then gen bumped) by tdm_pool_free */
     void (*fn)(void *arg, int tid, int nth); /* the job's worker, written before gen */
     void *arg;
+    _Alignas(64) _Atomic uint64_t awake_until; /* CLOCK_MONOTONIC ns: the team spins until then (tdm_pool_kick) */
+    const _Atomic uint64_t *kick_window;       /* &awake_until, NULL when the team outnumbers the CPUs */
     _Alignas(64) _Atomic uint32_t bar_count; /* threads inside the barrier */
     _Alignas(64) _Atomic uint32_t bar_gen;  /* barrier generation: bumped by the last one in */
     _Alignas(64) const tdm_model *m;
@@ -91,12 +93,14 @@ static void heap_free(void *ctx, void *ptr)
     free(ptr);
 }
 
-static double now_ms(void)
+static uint64_t now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+static double now_ms(void) { return (double)now_ns() * 1e-6; }
 
 static long futex_wait(_Atomic uint32_t *addr, uint32_t val, long ns)
 {
@@ -109,7 +113,9 @@ static void futex_wake(_Atomic uint32_t *addr, int n)
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
-/* Returns *seq once it differs from last: spins `spin` rounds (pause), then
+/* Returns *seq once it differs from last: spins `spin` rounds (pause), and
+ * on while the clock is before *awake_until (tdm_pool_kick's window; NULL:
+ * none), then
  * yields 64 times, then sleeps on the futex of *seq, counted in *sleeping,
  * with a 1 ms timeout (a publisher that cannot wake it, a GPU kernel, is
  * still served within a millisecond). A wake (a host publish, the driver
@@ -117,12 +123,21 @@ static void futex_wake(_Atomic uint32_t *addr, int n)
  * again; a timeout does not. While spinning or yielding it also returns last
  * when *aux (if not NULL) differs from aux_last. Used by the driver on
  * dev_seq (spin; aux: the hints) and the workers on gen (spin_busy). */
-static uint32_t wait_change(int spin, _Atomic uint32_t *seq, uint32_t last, _Atomic uint32_t *sleeping,
-                            _Atomic uint32_t *aux, uint32_t aux_last)
+/* Whether a waiter past i rounds spins on: its first spin rounds, then while
+ * the kick window is open (the clock read every 1024 rounds). */
+static bool keep_spinning(int i, int spin, const _Atomic uint64_t *awake_until)
+{
+    if (i < spin)
+        return true;
+    return awake_until && ((i & 1023) || now_ns() < atomic_load_explicit(awake_until, memory_order_relaxed));
+}
+
+static uint32_t wait_change(int spin, const _Atomic uint64_t *awake_until, _Atomic uint32_t *seq, uint32_t last,
+                            _Atomic uint32_t *sleeping, _Atomic uint32_t *aux, uint32_t aux_last)
 {
     uint32_t s;
     for (;;) {
-        for (int i = 0; i < spin; i++) {
+        for (int i = 0; keep_spinning(i, spin, awake_until); i++) {
             if ((s = atomic_load_explicit(seq, memory_order_acquire)) != last)
                 return s;
             if (aux && atomic_load_explicit(aux, memory_order_relaxed) != aux_last)
@@ -201,7 +216,7 @@ static void *worker_main(void *arg)
     start_thread(p, w->tid);
     uint32_t last = 0;
     for (;;) {
-        last = wait_change(p->spin_busy, &p->gen, last, &p->sleepers, NULL, 0);
+        last = wait_change(p->spin_busy, p->kick_window, &p->gen, last, &p->sleepers, NULL, 0);
         if (atomic_load_explicit(&p->quit, memory_order_acquire))
             return NULL;
         p->fn(p->arg, w->tid, p->team.nth);
@@ -400,7 +415,8 @@ static void *driver(void *arg)
     start_thread(p, 0);
     uint32_t last = 0, hint_last = 0;
     for (;;) {
-        const uint32_t s = wait_change(p->spin, &mb->dev_seq, last, &mb->pool_sleeping, &mb->hint_seq, hint_last);
+        const uint32_t s =
+            wait_change(p->spin, p->kick_window, &mb->dev_seq, last, &mb->pool_sleeping, &mb->hint_seq, hint_last);
         if (s == last) { /* a hint, no job */
             warm(p, last, &hint_last);
             continue;
@@ -462,6 +478,7 @@ tdm_status tdm_pool_new(const tdm_pool_params *pp, tdm_pool **out, tdm_error *er
     p->team = (tdm_team){.nth = p->n_threads, .run = team_run, .barrier = team_barrier};
     p->spin = pp->spin > 0 ? pp->spin : 20000;
     p->spin_busy = p->n_threads + 1 > sysconf(_SC_NPROCESSORS_ONLN) ? 64 : p->spin;
+    p->kick_window = p->spin_busy == p->spin ? &p->awake_until : NULL;
     p->max_tok = pp->max_tok;
     p->mem_alloc = pp->mem_alloc ? pp->mem_alloc : heap_alloc;
     p->mem_free = pp->mem_alloc ? pp->mem_free : heap_free;
@@ -612,6 +629,7 @@ tdm_status tdm_pool_check(const tdm_pool *p, tdm_error *err)
 
 void tdm_pool_kick(tdm_pool *p)
 {
+    atomic_store_explicit(&p->awake_until, now_ns() + TDM_POOL_KICK_MS * 1000000u, memory_order_relaxed);
     if (atomic_load(&p->mb->pool_sleeping))
         futex_wake(&p->mb->dev_seq, 1);
     if (atomic_load(&p->sleepers))

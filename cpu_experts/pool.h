@@ -165,9 +165,12 @@ tdm_status tdm_pool_check(const tdm_pool *p, tdm_error *err);
  * Returns the hint's seq. */
 uint32_t tdm_pool_hint(tdm_pool *p, int32_t layer, const int32_t *ids, int32_t n);
 
-/* Wakes a sleeping team so it spins again: call before a GPU step, whose
- * kernels cannot wake the futex (otherwise the first job of a step after an
- * idle pause waits for the 1 ms futex timeout, then for the workers' wake-up). */
+/* Wakes a sleeping team and keeps it spinning for TDM_POOL_KICK_MS: call
+ * before a GPU step, whose kernels cannot wake the futex. Otherwise the first
+ * job of a step, when it comes later than the team's spin rounds (layers that
+ * hold every expert run first), waits for the 1 ms futex timeout, then for
+ * the workers' wake-up. */
+#define TDM_POOL_KICK_MS 20
 void tdm_pool_kick(tdm_pool *p);
 
 #endif

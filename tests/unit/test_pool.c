@@ -229,6 +229,39 @@ static void test_kick_after_idle(void **state)
     alarm(0);
 }
 
+/* A kick keeps the driver spinning for TDM_POOL_KICK_MS, past its spin
+ * rounds (64 here, microseconds): a GPU step's first job may come a
+ * millisecond or more after the kick (layers that hold every expert run
+ * first), and a driver asleep then waits for the futex timeout. Afterwards it
+ * sleeps again. One thread, so that the team never outnumbers CI's 2 CPUs
+ * (which turns the window off). */
+static void test_kick_window(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
+    tdm_error err = {0};
+    tdm_pool_params pp = {.model = m, .n_threads = 1, .max_tok = 1, .spin = 64};
+    tdm_pool *p;
+    assert_int_equal(tdm_pool_new(&pp, &p, &err), TDM_OK);
+    tdm_mailbox *mb = tdm_pool_mailbox(p);
+    for (int round = 0; round < 2; round++) {
+        while (!atomic_load(&mb->pool_sleeping))
+            usleep(200); /* 64 rounds and 64 yields: asleep at once */
+        tdm_pool_kick(p);
+        int waited = 0; /* woken: descheduling only delays this; without the window it is asleep again at once */
+        while (atomic_load(&mb->pool_sleeping) && waited++ < 20000)
+            usleep(100);
+        assert_int_equal(atomic_load(&mb->pool_sleeping), 0);
+        usleep(TDM_POOL_KICK_MS * 1000 / 4);
+        assert_int_equal(atomic_load(&mb->pool_sleeping), 0); /* still spinning inside the window */
+        /* past the window it sleeps again (the loop above, next round; the watchdog otherwise) */
+    }
+    tdm_pool_free(p);
+    tdm_model_free(m);
+    alarm(0);
+}
+
 /* One warm-up: a job (so the driver spins), the hint (`publish` writes it),
  * 20 ms for the team to act on it, a job to read the counters after. Tries
  * again while the hint went unseen (this thread descheduled past the whole
@@ -465,6 +498,7 @@ int main(void)
         cmocka_unit_test(test_stress_all_cores),
         cmocka_unit_test(test_stress_oversubscribed),
         cmocka_unit_test(test_kick_after_idle),
+        cmocka_unit_test(test_kick_window),
         cmocka_unit_test(test_bad_jobs_and_sleep),
         cmocka_unit_test(test_copy_jobs),
         cmocka_unit_test(test_warm_up),
