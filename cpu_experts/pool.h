@@ -24,7 +24,8 @@
  * wake it, a GPU kernel, still gets served within a millisecond; a host
  * publisher wakes it at once). The other team threads wait the same way for
  * the driver to start a job; a wake (publish, job start, kick) makes a sleeper
- * spin again. Inside a job the team meets at spinning barriers that fall back
+ * spin again, and a kick keeps the team spinning for TDM_POOL_KICK_MS past its
+ * rounds. Inside a job the team meets at spinning barriers that fall back
  * to sched_yield, so more threads than cores work, only slower.
  * Layout and ordering: docs/EXECUTOR.md.
  *
