@@ -113,18 +113,9 @@ static void futex_wake(_Atomic uint32_t *addr, int n)
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
-/* Returns *seq once it differs from last: spins `spin` rounds (pause), and
- * on while the clock is before *awake_until (tdm_pool_kick's window; NULL:
- * none), then
- * yields 64 times, then sleeps on the futex of *seq, counted in *sleeping,
- * with a 1 ms timeout (a publisher that cannot wake it, a GPU kernel, is
- * still served within a millisecond). A wake (a host publish, the driver
- * starting a job, tdm_pool_kick) restarts the spinning, as work is expected
- * again; a timeout does not. While spinning or yielding it also returns last
- * when *aux (if not NULL) differs from aux_last. Used by the driver on
- * dev_seq (spin; aux: the hints) and the workers on gen (spin_busy). */
 /* Whether a waiter past i rounds spins on: its first spin rounds, then while
- * the kick window is open (the clock read every 1024 rounds). */
+ * the kick window *awake_until (NULL: none) is open, the clock read every
+ * 1024 rounds. */
 static bool keep_spinning(int i, int spin, const _Atomic uint64_t *awake_until)
 {
     if (i < spin)
@@ -132,6 +123,14 @@ static bool keep_spinning(int i, int spin, const _Atomic uint64_t *awake_until)
     return awake_until && ((i & 1023) || now_ns() < atomic_load_explicit(awake_until, memory_order_relaxed));
 }
 
+/* Returns *seq once it differs from last: spins (pause) as keep_spinning
+ * says, then yields 64 times, then sleeps on the futex of *seq, counted in *sleeping,
+ * with a 1 ms timeout (a publisher that cannot wake it, a GPU kernel, is
+ * still served within a millisecond). A wake (a host publish, the driver
+ * starting a job, tdm_pool_kick) restarts the spinning, as work is expected
+ * again; a timeout does not. While spinning or yielding it also returns last
+ * when *aux (if not NULL) differs from aux_last. Used by the driver on
+ * dev_seq (spin; aux: the hints) and the workers on gen (spin_busy). */
 static uint32_t wait_change(int spin, const _Atomic uint64_t *awake_until, _Atomic uint32_t *seq, uint32_t last,
                             _Atomic uint32_t *sleeping, _Atomic uint32_t *aux, uint32_t aux_last)
 {

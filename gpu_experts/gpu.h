@@ -78,7 +78,8 @@ tdm_status tdm_gpu_upload(tdm_gpu *g, void *dst, const void *src, size_t bytes, 
 tdm_status tdm_gpu_download(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err);
 /* The same copies queued on the compute stream without waiting: an upload's
  * source must stay unchanged, and a download's destination unread, until the
- * next tdm_gpu_sync (or synchronous copy). With page-locked host memory
+ * stream is next waited for (tdm_gpu_sync, tdm_gpu_sync_pausing or a
+ * synchronous copy). With page-locked host memory
  * (tdm_gpu_alloc_host) the host goes on at once; with pageable memory the
  * driver may wait for the copy anyway. */
 tdm_status tdm_gpu_upload_async(tdm_gpu *g, void *dst, const void *src, size_t bytes, tdm_error *err);
@@ -121,10 +122,11 @@ tdm_status tdm_gpu_side_end(tdm_gpu *g, tdm_error *err);
 tdm_status tdm_gpu_side_join(tdm_gpu *g, tdm_error *err);
 /* Waits for the compute stream; reports any asynchronous kernel error. */
 tdm_status tdm_gpu_sync(tdm_gpu *g, tdm_error *err);
-/* The same for long waits: the calling thread polls with pause
- * instructions between the polls instead of the driver's spin, which took
- * CPU time from the hybrid step's CPU expert pool (5-10% of its decode on
- * the H200 host); a sleeping wait costs a wake-up (~0.1-0.2 ms there). */
+/* The same for a whole step: the calling thread polls with ~2 us of pause
+ * instructions between polls, so that a hardware thread sharing its core
+ * (the CPU expert pool's, on an SMT desktop) keeps most of the core; a
+ * sleeping wait (cudaEventBlockingSync) cost ~0.1-0.2 ms of wake-up per
+ * decode step on the H200 host. */
 tdm_status tdm_gpu_sync_pausing(tdm_gpu *g, tdm_error *err);
 
 /* Device timing for benchmarks: records a mark on the compute stream;
