@@ -14,6 +14,7 @@
  * added per position. Prompt bound: all weights read once per internal batch
  * (512 tokens), a bandwidth-only bound (prompts are compute-bound). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,13 +206,19 @@ int main(int argc, char **argv)
             cJSON_AddItemToArray(rows, r);
         }
     }
-    /* decode after a 512-token prompt, through CUDA graphs and eagerly; on
-     * sm_90+ also with programmatic dependent launch off (the previous
+    /* decode after a 512-token prompt: greedy (the choice made on the device
+     * and fed back, tdm_forward_gpu_eval_greedy), then the fixed token
+     * sequence with the logits downloaded, through CUDA graphs and eagerly;
+     * on sm_90+ also with programmatic dependent launch off (the previous
      * version's launches, measured in the same run) */
-    const int pdl_variants = info.cc_major >= 9 ? 2 : 1;
-    for (int v = 0; v < 2 * pdl_variants; v++) {
-        const int graphs = !(v & 1), pdl = v < 2 ? 0 : -1;
-        if (decode_only && !graphs)
+    static const struct {
+        bool graphs, greedy;
+        int pdl;
+    } variants[] = {{true, true, 0}, {true, false, 0}, {false, false, 0}, {true, false, -1}, {false, false, -1}};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        const bool graphs = variants[v].graphs, greedy = variants[v].greedy;
+        const int pdl = variants[v].pdl;
+        if ((decode_only && !graphs) || (pdl < 0 && info.cc_major < 9))
             continue;
         const tdm_gpu_tuning tu = {.pdl = pdl};
         CHECK(tdm_gpu_set_tuning(g, &tu, &err));
@@ -219,21 +226,27 @@ int main(int argc, char **argv)
         tdm_forward_gpu_set_graphs(f, graphs);
         CHECK(tdm_forward_gpu_reset(f, &err));
         CHECK(tdm_forward_gpu_eval(f, tok, 512, 0, logits, false, &err));
-        for (int i = 0; i < 4; i++) /* warm-up (graph instantiation) */
-            CHECK(tdm_forward_gpu_eval(f, tok + 512 + i, 1, 512 + i, logits, false, &err));
-        t0 = now();
-        for (int i = 4; i < gen + 4; i++)
-            CHECK(tdm_forward_gpu_eval(f, tok + 512 + i, 1, 512 + i, logits, false, &err));
+        int32_t next = tok[512];
+        for (int i = 0; i < gen + 4; i++) {
+            if (i == 4) /* after the warm-up (graph instantiation) */
+                t0 = now();
+            if (greedy)
+                CHECK(tdm_forward_gpu_eval_greedy(f, &next, 1, 512 + i, &next, &err));
+            else
+                CHECK(tdm_forward_gpu_eval(f, tok + 512 + i, 1, 512 + i, logits, false, &err));
+        }
         const double s = now() - t0, tps = gen / s;
         const double bytes = per_tok + kv_per_pos * (512 + 4 + gen / 2.0);
         const double bound = bw * 1e9 / bytes;
         const bool used = graphs && tdm_forward_gpu_graphs(f);
         char label[32];
-        snprintf(label, sizeof label, "decode %s%s", used ? "graph" : "eager", pdl < 0 ? " -pdl" : "");
+        snprintf(label, sizeof label, "decode %s%s%s", used ? "graph" : "eager", greedy ? " greedy" : "",
+                 pdl < 0 ? " -pdl" : "");
         printf("%-20s %8d %10.1f %10.1f %8.3f   (%.2f ms/token)\n", label, gen, tps, bound, tps / bound,
                1e3 * s / gen);
         cJSON *r = cJSON_CreateObject();
         cJSON_AddStringToObject(r, "pass", used ? "decode_graph" : "decode_eager");
+        cJSON_AddBoolToObject(r, "greedy", greedy);
         cJSON_AddBoolToObject(r, "pdl", pdl == 0 && info.cc_major >= 9);
         cJSON_AddNumberToObject(r, "tokens", gen);
         cJSON_AddNumberToObject(r, "context", 512);

@@ -109,9 +109,11 @@ static tdm_status warm_up(tdm_session *s, const int32_t *ids, int n, tdm_error *
 }
 
 /* One prompt + greedy decode on a reset session; with an executor, its
- * counters over the timed decode phase into r->dec. One decode step runs
- * untimed between the two: it records the session's decode graph, a cost
- * paid once per session and not per token. */
+ * counters over the timed decode phase into r->dec. The prompt's logits
+ * come back (as a prompt's do); the decode steps choose on the device
+ * (tdm_session_eval_greedy). One decode step runs untimed between the two:
+ * it records the session's decode graph, a cost paid once per session and
+ * not per token. */
 static tdm_status run_one(tdm_session *s, tdm_executor *ex, int32_t n_vocab, const int32_t *prompt, int gen,
                           bench_run *r, tdm_error *err)
 {
@@ -122,18 +124,15 @@ static tdm_status run_one(tdm_session *s, tdm_executor *ex, int32_t n_vocab, con
         return st;
     r->prompt_s = now_s() - t0;
     int32_t tok = tdm_sampler_argmax(tdm_session_logits(s), n_vocab);
-    if ((st = tdm_session_eval(s, &tok, 1, NULL, err)))
+    if ((st = tdm_session_eval_greedy(s, &tok, 1, &tok, err)))
         return st;
-    tok = tdm_sampler_argmax(tdm_session_logits(s), n_vocab);
     const double t1 = now_s();
     tdm_executor_stats before = {0}, after = {0};
     if (ex)
         tdm_executor_get_stats(ex, &before);
-    for (r->decoded = 0; r->decoded < gen; r->decoded++) {
-        if ((st = tdm_session_eval(s, &tok, 1, NULL, err)))
+    for (r->decoded = 0; r->decoded < gen; r->decoded++)
+        if ((st = tdm_session_eval_greedy(s, &tok, 1, &tok, err)))
             return st;
-        tok = tdm_sampler_argmax(tdm_session_logits(s), n_vocab);
-    }
     r->decode_s = now_s() - t1;
     if (ex) {
         tdm_executor_get_stats(ex, &after);

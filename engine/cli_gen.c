@@ -415,8 +415,12 @@ bool cli_gen_generate(cli_gen_ctx *c, const int32_t *prompt, int32_t n, int32_t 
     tdm_detok d;
     tdm_detok_init(&d, c->detok_flags);
     double t1 = cli_gen_now();
+    /* a greedy sampler: each step brings the choice after it (on a GPU the
+     * logits stay there); the first comes from the prompt's logits */
+    const bool greedy = tdm_sampler_greedy(c->smp);
+    int32_t next = -1;
     for (int32_t i = 0; i < n_predict; i++) {
-        int32_t t = tdm_sampler_sample(c->smp, tdm_session_logits(c->sess));
+        int32_t t = next >= 0 ? next : tdm_sampler_sample(c->smp, tdm_session_logits(c->sess));
         if (tdm_tokenizer_is_eog(c->tok, t))
             break;
         tdm_sampler_accept(c->smp, t);
@@ -433,7 +437,8 @@ bool cli_gen_generate(cli_gen_ctx *c, const int32_t *prompt, int32_t n, int32_t 
             st->context_full = true;
             break;
         }
-        if (tdm_session_eval(c->sess, &t, 1, NULL, &err)) {
+        if (greedy ? tdm_session_eval_greedy(c->sess, &t, 1, &next, &err)
+                   : tdm_session_eval(c->sess, &t, 1, NULL, &err)) {
             fprintf(stderr, "tandem: decoding: %s\n", err.msg);
             return false;
         }

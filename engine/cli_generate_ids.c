@@ -4,7 +4,6 @@
 
 #include "cli.h"
 #include "cli_gen.h"
-#include "sampler.h"
 
 const char tdm_cli_generate_ids_help[] =
     "greedy-decode token ids (prompt eval, then one token at a time), printed as a JSON array\n"
@@ -35,18 +34,17 @@ int tdm_cli_generate_ids(int argc, char **argv)
         free(ids);
         return 1;
     }
-    const int V = tdm_model_hparams(c.model)->n_vocab;
     tdm_error err = {0};
     rc = 1;
-    if (tdm_session_eval(c.sess, ids, n, NULL, &err)) {
+    int32_t t;
+    if (tdm_session_eval_greedy(c.sess, ids, n, &t, &err)) {
         fprintf(stderr, "tandem generate-ids: %s\n", err.msg);
         goto done;
     }
     printf("[");
     for (int i = 0; i < o.n_predict; i++) {
-        int32_t t = tdm_sampler_argmax(tdm_session_logits(c.sess), V);
         printf("%s%d", i ? ", " : "", t);
-        if (i + 1 < o.n_predict && tdm_session_eval(c.sess, &t, 1, NULL, &err)) {
+        if (i + 1 < o.n_predict && tdm_session_eval_greedy(c.sess, &t, 1, &t, &err)) {
             fprintf(stderr, "\ntandem generate-ids: %s\n", err.msg);
             goto done;
         }

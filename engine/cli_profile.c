@@ -17,7 +17,6 @@
 #include "routing.h"
 #include "session.h"
 #include "tokenizer.h"
-#include "sampler.h"
 
 const char tdm_cli_profile_help[] =
     "record which experts a text routes to and write an expert-usage profile\n"
@@ -83,14 +82,15 @@ static void route_hook(void *user, int32_t pos, int32_t layer, int32_t k, const 
     b->filled[i] = 1;
 }
 
-/* Evaluates tokens and adds their routing to the profile (and the dump). */
-static tdm_status eval_recorded(prof_run *r, const int32_t *tokens, int32_t n, tdm_error *err)
+/* Evaluates tokens and adds their routing to the profile (and the dump);
+ * *next: the greedy choice after them (the logits stay on a GPU). */
+static tdm_status eval_recorded(prof_run *r, const int32_t *tokens, int32_t n, int32_t *next, tdm_error *err)
 {
     route_buf *b = &r->rb;
     b->pos0 = tdm_session_n_past(r->sess);
     b->n_tokens = n;
     memset(b->filled, 0, (size_t)n * b->n_layer);
-    tdm_status st = tdm_session_eval(r->sess, tokens, n, NULL, err);
+    tdm_status st = tdm_session_eval_greedy(r->sess, tokens, n, next, err);
     if (st)
         return st;
     if (b->error[0])
@@ -173,7 +173,8 @@ static tdm_status run_text(prof_run *r, const char *path, int32_t max_tokens, in
     for (size_t at = 0; at < n && !st; at += (size_t)n_ctx) {
         size_t w = n - at < (size_t)n_ctx ? n - at : (size_t)n_ctx;
         tdm_session_reset(r->sess);
-        st = eval_recorded(r, ids + at, (int32_t)w, err);
+        int32_t next;
+        st = eval_recorded(r, ids + at, (int32_t)w, &next, err);
     }
     free(ids);
     return st;
@@ -228,14 +229,13 @@ static tdm_status run_prompt(prof_run *r, const char *prompt, int32_t gen, int32
                              n, n_ctx);
     }
     tdm_session_reset(r->sess);
-    st = eval_recorded(r, ids, (int32_t)n, err);
+    int32_t tok;
+    st = eval_recorded(r, ids, (int32_t)n, &tok, err);
     free(ids);
-    int32_t n_vocab = tdm_model_hparams(r->model)->n_vocab;
     for (int32_t g = 0; g < gen && !st && tdm_session_n_past(r->sess) < n_ctx; g++) {
-        int32_t tok = tdm_sampler_argmax(tdm_session_logits(r->sess), n_vocab);
         if (tdm_tokenizer_is_eog(r->tk, tok))
             break;
-        st = eval_recorded(r, &tok, 1, err);
+        st = eval_recorded(r, &tok, 1, &tok, err);
     }
     return st;
 }

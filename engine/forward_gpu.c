@@ -92,6 +92,8 @@ struct tdm_forward_gpu {
     void *xq;                  /* one token's normed input as int8 (tdm_gpu_xq8_bytes(1, xq_k)), NULL: none */
     int64_t xq_k;              /* the widest row it holds: n_embd or the DeltaNet output */
     float *logits;             /* [LOGIT_ROWS][n_vocab] */
+    void *amax_scratch;        /* tdm_gpu_argmax's, zeroed once */
+    int32_t *next;             /* [1] the greedy choice after a step's last token (eval_greedy) */
     void *mm_scratch;
     size_t mm_bytes;
     void *moe_scratch;         /* grouped MoE of prompt batches (tdm_gpu_moe_prefill), NULL: none */
@@ -103,6 +105,7 @@ struct tdm_forward_gpu {
     float *hx;                 /* pinned [S][n_embd] embeddings (uploaded without waiting) */
     int32_t *hpos;             /* pinned [S] positions (likewise) */
     float *host_logits;        /* pinned [n_vocab] (tdm_forward_gpu_host_logits) */
+    int32_t *host_next;        /* pinned [1]: next, read back */
     int32_t *pos;              /* view: [B] at token sub0 of span_pos */
     int32_t *hids;             /* [B][k] (route hook) */
     float *hwts;               /* [B][k] */
@@ -497,6 +500,7 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
     if (f->xq_k)
         DA(xq, tdm_gpu_xq8_bytes(1, f->xq_k));
     DA(logits, (size_t)LOGIT_ROWS * hp->n_vocab * 4);
+    DA(amax_scratch, tdm_gpu_argmax_scratch_bytes()); DA(next, sizeof(int32_t));
     DA(mm_scratch, f->mm_bytes);
     DA(identity, (size_t)max64(hp->n_expert, 1) * 4);
     DA(zeros, B * 4); DA(ones, B * 4); DA(span_pos, S * 4);
@@ -514,6 +518,8 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
         st = tdm_gpu_alloc_host(f->g, S * sizeof(int32_t), (void **)&f->hpos, err);
     if (!st)
         st = tdm_gpu_alloc_host(f->g, (size_t)hp->n_vocab * sizeof(float), (void **)&f->host_logits, err);
+    if (!st)
+        st = tdm_gpu_alloc_host(f->g, sizeof(int32_t), (void **)&f->host_next, err);
     if (st)
         return st;
     span_view(f, 0);
@@ -534,6 +540,8 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
         st = tdm_gpu_memset(f->g, f->dn_sync, 0, (size_t)max64(hp->ssm_n_k_heads, 1) * 4, err);
     if (!st && f->attn_bytes)
         st = tdm_gpu_memset(f->g, f->attn_scratch, 0, f->attn_bytes, err);
+    if (!st)
+        st = tdm_gpu_memset(f->g, f->amax_scratch, 0, tdm_gpu_argmax_scratch_bytes(), err);
     if (!st)
         st = tdm_gpu_fill_f32(f->g, f->ones, 1.0f, B, err);
     return st;
@@ -1386,9 +1394,23 @@ static tdm_status head_rows(tdm_forward_gpu *f, int32_t t0, int32_t nr, tdm_erro
     return proj(f, &f->output, f->xn + (size_t)t0 * d, xq, nr, f->logits, false, err);
 }
 
+/* The greedy choice over the logits of row 0 of f->logits into f->next. */
+static tdm_status choose(tdm_forward_gpu *f, tdm_error *err)
+{
+    return tdm_gpu_argmax(f->g, f->logits, f->hp->n_vocab, f->amax_scratch, f->next, err);
+}
+
+/* The head of a batch of n tokens: logits of the last (all: of every) row
+ * into dst, or (dst NULL) the greedy choice after the last one queued for
+ * download into host_next. */
 static tdm_status head(tdm_forward_gpu *f, int32_t n, float *dst, bool all, tdm_error *err)
 {
     const int64_t V = f->hp->n_vocab;
+    if (!dst) {
+        TRY(head_rows(f, n - 1, 1, err));
+        TRY(choose(f, err));
+        return tdm_gpu_download_async(f->g, f->host_next, f->next, sizeof(int32_t), err);
+    }
     const int32_t r0 = all ? 0 : n - 1;
     for (int32_t t0 = r0; t0 < n; t0 += LOGIT_ROWS) {
         const int32_t nr = n - t0 < LOGIT_ROWS ? n - t0 : LOGIT_ROWS;
@@ -1556,8 +1578,10 @@ static tdm_status step_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_error
     return TDM_OK;
 }
 
+/* A batch of n tokens; its head when it gives logits or (greedy) the choice
+ * after it (head). */
 static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
-                             bool all, tdm_error *err)
+                             bool all, bool greedy, tdm_error *err)
 {
     TRY(embed(f, tokens, n, pos0, err));
     TRY(hybrid_begin(f, err));
@@ -1566,7 +1590,7 @@ static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t 
     if (!st)
         st = f->streaming ? span_layers(f, n, pos0, err) : layers(f, n, pos0, err);
     if (!st)
-        st = logits ? head(f, n, logits, all, err) : TDM_OK;
+        st = logits || greedy ? head(f, n, logits, all, err) : TDM_OK;
     if (f->streaming && f->st_total) {
         /* the copy jobs took job numbers: the GPU's next job must follow them,
          * also after a failure (a merge would otherwise see a larger, stale
@@ -1589,8 +1613,11 @@ static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t 
  * buffers first; attention, KV store and RoPE read the position from device
  * memory; the hybrid hand-off reads its job number from device state), so
  * replaying costs one launch instead of ~12 per layer and no host work.
- * Any failure while recording turns graphs off for this forward and returns
- * false, so the caller runs the step eagerly (nothing was executed). */
+ * The graph ends with the greedy choice (a few microseconds): after it the
+ * logits (into logits) or, when logits is NULL, only the choice are
+ * downloaded. Any failure while recording turns graphs off for this forward
+ * and returns false, so the caller runs the step eagerly (nothing was
+ * executed). */
 static bool decode_graph(tdm_forward_gpu *f, int32_t pos0, float *logits, tdm_status *st, tdm_error *err)
 {
     tdm_error e = {0};
@@ -1599,7 +1626,8 @@ static bool decode_graph(tdm_forward_gpu *f, int32_t pos0, float *logits, tdm_st
         return false;
     }
     if (!f->graph) {
-        if (layers(f, 1, pos0, &e) || head_rows(f, 0, 1, &e) || tdm_gpu_graph_end(f->g, &f->graph, &e)) {
+        if (layers(f, 1, pos0, &e) || head_rows(f, 0, 1, &e) || choose(f, &e) ||
+            tdm_gpu_graph_end(f->g, &f->graph, &e)) {
             tdm_gpu_graph_abort(f->g);
             tdm_gpu_graph_free(f->graph);
             f->graph = NULL;
@@ -1613,12 +1641,14 @@ static bool decode_graph(tdm_forward_gpu *f, int32_t pos0, float *logits, tdm_st
     }
     *st = tdm_gpu_graph_launch(f->g, f->graph, err);
     if (!*st) /* waited for by step_end */
-        *st = tdm_gpu_download_async(f->g, logits, f->logits, (size_t)f->hp->n_vocab * sizeof(float), err);
+        *st = logits ? tdm_gpu_download_async(f->g, logits, f->logits, (size_t)f->hp->n_vocab * sizeof(float), err)
+                     : tdm_gpu_download_async(f->g, f->host_next, f->next, sizeof(int32_t), err);
     return true;
 }
 
+/* logits NULL and greedy: the choice after the last token lands in host_next. */
 static tdm_status eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
-                       bool logits_all, tdm_error *err)
+                       bool logits_all, bool greedy, tdm_error *err)
 {
     const tdm_hparams *hp = f->hp;
     if (n <= 0 || pos0 < 0 || (int64_t)pos0 + n > f->n_ctx)
@@ -1629,7 +1659,7 @@ static tdm_status eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int
             return tdm_error_set(err, TDM_ERR_INVALID,
                                  "forward_gpu: token %d (at %d) is outside the vocabulary of %d", tokens[t], t,
                                  hp->n_vocab);
-    if (n == 1 && logits && f->graphs && !f->hook) {
+    if (n == 1 && (logits || greedy) && f->graphs && !f->hook) {
         TRY(embed(f, tokens, 1, pos0, err));
         TRY(hybrid_begin(f, err));
         tdm_status st = TDM_OK;
@@ -1643,18 +1673,32 @@ static tdm_status eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int
         nb = left < cap ? left : cap;
         const bool last = b0 + nb == n;
         float *dst = !logits ? NULL : logits_all ? logits + (size_t)b0 * hp->n_vocab : last ? logits : NULL;
-        TRY(eval_batch(f, tokens + b0, nb, pos0 + b0, dst, logits_all, err));
+        TRY(eval_batch(f, tokens + b0, nb, pos0 + b0, dst, logits_all, greedy && last, err));
     }
     return TDM_OK;
+}
+
+/* A failed step's queued copies finish before the caller (or the next eval)
+ * touches their memory. */
+static tdm_status finish(tdm_forward_gpu *f, tdm_status st)
+{
+    if (st) {
+        tdm_error e = {0};
+        (void)tdm_gpu_sync(f->g, &e);
+    }
+    return st;
 }
 
 tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
                                 bool logits_all, tdm_error *err)
 {
-    const tdm_status st = eval(f, tokens, n, pos0, logits, logits_all, err);
-    if (st) { /* copies a failed step queued finish before the caller (or the next eval) touches their memory */
-        tdm_error e = {0};
-        (void)tdm_gpu_sync(f->g, &e);
-    }
-    return st;
+    return finish(f, eval(f, tokens, n, pos0, logits, logits_all, false, err));
+}
+
+tdm_status tdm_forward_gpu_eval_greedy(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0,
+                                       int32_t *next, tdm_error *err)
+{
+    TRY(finish(f, eval(f, tokens, n, pos0, NULL, false, true, err)));
+    *next = *f->host_next;
+    return TDM_OK;
 }

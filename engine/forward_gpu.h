@@ -32,8 +32,10 @@
  * Decode (one token with logits, no route hook) runs as one CUDA graph,
  * recorded at the first decode step and replayed for every later one: the
  * embedding row and the position go to fixed device buffers first, and every
- * kernel reads the position from there, so the graph never changes. The
- * logits download after it is the only host sync. Any failure while
+ * kernel reads the position from there, so the graph never changes. It
+ * ends with the greedy choice (tdm_gpu_argmax); the download of the logits
+ * or (tdm_forward_gpu_eval_greedy) of the choice alone after it is the only
+ * host sync. Any failure while
  * recording switches graphs off for that forward and the step runs eagerly
  * (tdm_forward_gpu_graphs()).
  *
@@ -119,6 +121,11 @@ tdm_status tdm_forward_gpu_reset(tdm_forward_gpu *f, tdm_error *err);
  * download fastest into tdm_forward_gpu_host_logits(f). */
 tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
                                 bool logits_all, tdm_error *err);
+/* The same without logits: *next = the greedy choice after the last token
+ * (tdm_sampler_argmax of its logits), made on the device; only the id
+ * crosses PCIe (a one-token step on the H200: 4 bytes instead of 1 MB). */
+tdm_status tdm_forward_gpu_eval_greedy(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0,
+                                       int32_t *next, tdm_error *err);
 
 /* Recurrent state in the CPU forward's layout (conv windows, then DeltaNet
  * states), so checkpoints move between backends. */

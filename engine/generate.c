@@ -314,6 +314,8 @@ typedef struct run {
     char last_char, last_nonws; /* of the answer so far, for the grace rule */
     tdm_fence_state fence;
     tdm_detok detok;
+    bool greedy;            /* the sampler takes the argmax: steps choose on the device (step) */
+    int32_t next;           /* greedy: the choice after the session's last token; -1: from the logits */
 } run;
 
 static void out_text(run *r, tdm_gen_part part, const char *t, size_t n)
@@ -459,6 +461,13 @@ static tdm_status eval1(tdm_generator *g, int32_t id, tdm_error *err)
     return tdm_session_eval(g->sess, &id, 1, NULL, err);
 }
 
+/* Appends a chosen or forced token. A greedy run's step brings the choice
+ * after it (tdm_session_eval_greedy: on a GPU the logits stay there). */
+static tdm_status step(run *r, int32_t id, tdm_error *err)
+{
+    return r->greedy ? tdm_session_eval_greedy(r->g->sess, &id, 1, &r->next, err) : eval1(r->g, id, err);
+}
+
 /* Evaluates ids[from..n) (see the comment at the top of the file). */
 static tdm_status eval_prompt(tdm_generator *g, int32_t from, int32_t n, bool chat, tdm_error *err)
 {
@@ -538,7 +547,7 @@ static void force_think_end(run *r, tdm_error *err, tdm_status *st)
     for (int32_t i = 0; i < g->n_forced && *st == TDM_OK; i++) {
         if (tdm_session_n_past(g->sess) >= g->n_ctx)
             break;
-        *st = eval1(g, g->forced[i], err);
+        *st = step(r, g->forced[i], err);
         r->res->n_generated++;
         if (i == 0)
             r->res->n_thinking++;
@@ -596,14 +605,17 @@ static tdm_status generate(run *r, tdm_sampler *smp, tdm_error *err)
             res->finish = TDM_GEN_FINISH_CONTEXT;
             return TDM_OK;
         }
-        const float *logits = tdm_session_logits(g->sess);
-        if (p->ignore_eog && g->n_eog > 0) {
-            memcpy(g->masked, logits, (size_t)g->n_vocab * sizeof *logits);
-            for (int32_t i = 0; i < g->n_eog; i++)
-                g->masked[g->eog[i]] = -INFINITY;
-            logits = g->masked;
+        int32_t id = r->next;
+        if (id < 0) {
+            const float *logits = tdm_session_logits(g->sess);
+            if (p->ignore_eog && g->n_eog > 0) {
+                memcpy(g->masked, logits, (size_t)g->n_vocab * sizeof *logits);
+                for (int32_t i = 0; i < g->n_eog; i++)
+                    g->masked[g->eog[i]] = -INFINITY;
+                logits = g->masked;
+            }
+            id = tdm_sampler_sample(smp, logits);
         }
-        int32_t id = tdm_sampler_sample(smp, logits);
         if (tdm_tokenizer_is_eog(g->tk, id)) {
             res->finish = TDM_GEN_FINISH_EOG;
             return TDM_OK;
@@ -640,7 +652,7 @@ static tdm_status generate(run *r, tdm_sampler *smp, tdm_error *err)
             res->finish = TDM_GEN_FINISH_LENGTH;
             return TDM_OK;
         }
-        if ((st = eval1(g, id, err)) != TDM_OK)
+        if ((st = step(r, id, err)) != TDM_OK)
             return st;
     }
 }
@@ -673,7 +685,8 @@ static tdm_status run_text(tdm_generator *g, const char *text, size_t len, bool 
 
     *res = (tdm_gen_result){0};
     res->stop_index = -1;
-    run r = {.g = g, .p = p, .cb = cb, .res = res, .raw = !chat, .part = TDM_GEN_ANSWER};
+    run r = {.g = g, .p = p, .cb = cb, .res = res, .raw = !chat, .part = TDM_GEN_ANSWER, .next = -1,
+             .greedy = tdm_sampler_greedy(smp) && !(p->ignore_eog && g->n_eog > 0)};
     tdm_fence_init(&r.fence);
     tdm_detok_init(&r.detok, 0);
     double t0 = now_seconds();

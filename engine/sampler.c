@@ -504,6 +504,14 @@ int32_t tdm_sampler_argmax(const float *logits, int32_t n)
     return best;
 }
 
+bool tdm_sampler_greedy(const tdm_sampler *s)
+{
+    const tdm_sampler_params *p = &s->p;
+    return p->temperature <= 0 && (p->penalty_last_n == 0 || (p->repeat_penalty == 1.0f &&
+                                                             p->frequency_penalty == 0.0f &&
+                                                             p->presence_penalty == 0.0f));
+}
+
 int32_t tdm_sampler_sample(tdm_sampler *s, const float *logits)
 {
     const tdm_sampler_params *p = &s->p;

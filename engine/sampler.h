@@ -14,6 +14,7 @@
 #ifndef TDM_SAMPLER_H
 #define TDM_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "status.h"
@@ -53,6 +54,9 @@ void tdm_sampler_accept(tdm_sampler *s, int32_t token);
 /* Returns the chosen id for logits[n_vocab] (does not accept it). NaN
  * logits count as -inf; if every logit is -inf/NaN, returns 0. */
 int32_t tdm_sampler_sample(tdm_sampler *s, const float *logits);
+/* True when tdm_sampler_sample returns tdm_sampler_argmax of the logits
+ * whatever they and the history are: temperature <= 0 and no penalty. */
+bool tdm_sampler_greedy(const tdm_sampler *s);
 /* Greedy choice over n logits: the largest, the lowest id on ties; NaN never
  * wins (0 when nothing beats -inf). What tdm_sampler_sample does at
  * temperature 0 without penalties. */

@@ -24,6 +24,7 @@
 #include "forward.h"
 #include "forward_gpu.h"
 #include "gpu.h"
+#include "sampler.h"
 
 struct tdm_session {
     tdm_model *m;
@@ -33,6 +34,7 @@ struct tdm_session {
     int32_t n_past;
     int32_t *tokens;   /* [n_ctx] */
     float *logits;     /* [n_vocab] of the last evaluated token; owned by fg when fg (page-locked) */
+    bool no_logits;    /* the last eval was greedy: logits holds an older token's */
     bool has_rec;      /* the model has recurrent layers */
     float *ckpt[2];    /* [tdm_forward_rec_floats] recurrent state at ckpt_pos: prompt, mark */
     int32_t ckpt_pos[2]; /* -1: none */
@@ -141,7 +143,7 @@ void tdm_session_free(tdm_session *s)
 int32_t tdm_session_n_ctx(const tdm_session *s) { return s->n_ctx; }
 int32_t tdm_session_n_past(const tdm_session *s) { return s->n_past; }
 const int32_t *tdm_session_tokens(const tdm_session *s) { return s->tokens; }
-const float *tdm_session_logits(const tdm_session *s) { return s->logits; }
+const float *tdm_session_logits(const tdm_session *s) { return s->no_logits ? NULL : s->logits; }
 const tdm_model *tdm_session_model(const tdm_session *s) { return s->m; }
 
 void tdm_session_reset(tdm_session *s)
@@ -211,7 +213,7 @@ int32_t tdm_session_truncate(tdm_session *s, int32_t n_keep)
     return s->n_past;
 }
 
-tdm_status tdm_session_eval(tdm_session *s, const int32_t *tokens, int32_t n, float *logits_all, tdm_error *err)
+static tdm_status check_tokens(const tdm_session *s, const int32_t *tokens, int32_t n, tdm_error *err)
 {
     if (n <= 0 || !tokens)
         return tdm_error_set(err, TDM_ERR_INVALID, "session eval: %d tokens", n);
@@ -223,20 +225,57 @@ tdm_status tdm_session_eval(tdm_session *s, const int32_t *tokens, int32_t n, fl
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
             return tdm_error_set(err, TDM_ERR_INVALID, "session eval: token %d is outside the vocabulary of %d",
                                  tokens[i], n_vocab);
-    float *dst = logits_all ? logits_all : s->logits;
-    tdm_status st = s->fg ? tdm_forward_gpu_eval(s->fg, tokens, n, s->n_past, dst, logits_all != NULL, err)
-                          : tdm_forward_eval(s->f, tokens, n, s->n_past, dst, logits_all != NULL, err);
+    return TDM_OK;
+}
+
+/* After an eval of n tokens: st's failure resets the session (the recurrent
+ * state may have advanced part-way), success appends the tokens. */
+static tdm_status appended(tdm_session *s, const int32_t *tokens, int32_t n, tdm_status st)
+{
     if (st) {
-        /* the recurrent state may have advanced part-way: start over */
         tdm_session_reset(s);
         return st;
     }
-    if (logits_all)
-        memcpy(s->logits, logits_all + (size_t)(n - 1) * n_vocab, (size_t)n_vocab * sizeof(float));
     memcpy(s->tokens + s->n_past, tokens, (size_t)n * sizeof(int32_t));
     s->n_past += n;
     if (n > 1)
         save(s, 0);
+    return TDM_OK;
+}
+
+tdm_status tdm_session_eval(tdm_session *s, const int32_t *tokens, int32_t n, float *logits_all, tdm_error *err)
+{
+    tdm_status st = check_tokens(s, tokens, n, err);
+    if (st)
+        return st;
+    float *dst = logits_all ? logits_all : s->logits;
+    st = s->fg ? tdm_forward_gpu_eval(s->fg, tokens, n, s->n_past, dst, logits_all != NULL, err)
+               : tdm_forward_eval(s->f, tokens, n, s->n_past, dst, logits_all != NULL, err);
+    const int32_t n_vocab = tdm_model_hparams(s->m)->n_vocab;
+    if (!st && logits_all)
+        memcpy(s->logits, logits_all + (size_t)(n - 1) * n_vocab, (size_t)n_vocab * sizeof(float));
+    s->no_logits = false;
+    return appended(s, tokens, n, st);
+}
+
+tdm_status tdm_session_eval_greedy(tdm_session *s, const int32_t *tokens, int32_t n, int32_t *next, tdm_error *err)
+{
+    tdm_status st = next ? check_tokens(s, tokens, n, err)
+                         : tdm_error_set(err, TDM_ERR_INVALID, "session eval_greedy: NULL next");
+    if (st)
+        return st;
+    int32_t choice = 0; /* next may be tokens: written after they are appended */
+    if (s->fg) {
+        st = tdm_forward_gpu_eval_greedy(s->fg, tokens, n, s->n_past, &choice, err);
+    } else {
+        st = tdm_forward_eval(s->f, tokens, n, s->n_past, s->logits, false, err);
+        if (!st)
+            choice = tdm_sampler_argmax(s->logits, tdm_model_hparams(s->m)->n_vocab);
+    }
+    s->no_logits = true;
+    if ((st = appended(s, tokens, n, st)))
+        return st;
+    *next = choice;
     return TDM_OK;
 }
 

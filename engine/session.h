@@ -76,7 +76,14 @@ int32_t tdm_session_truncate(tdm_session *s, int32_t n_keep);
 tdm_status tdm_session_eval(tdm_session *s, const int32_t *tokens, int32_t n, float *logits_all,
                             tdm_error *err);
 
-/* [n_vocab] logits of the last evaluated token (valid after a successful eval). */
+/* As tdm_session_eval, returning the greedy choice after the last token
+ * (tdm_sampler_argmax of its logits) in *next: a greedy decode step. On the
+ * GPU the choice is made on the device and the logits stay there. */
+tdm_status tdm_session_eval_greedy(tdm_session *s, const int32_t *tokens, int32_t n, int32_t *next,
+                                   tdm_error *err);
+
+/* [n_vocab] logits of the last evaluated token (valid after a successful
+ * tdm_session_eval); NULL after tdm_session_eval_greedy. */
 const float *tdm_session_logits(const tdm_session *s);
 
 void tdm_session_set_route_hook(tdm_session *s, tdm_route_hook hook, void *user);

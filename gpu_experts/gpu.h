@@ -365,6 +365,17 @@ bool tdm_gpu_deltanet_step_fits(const tdm_gpu_deltanet_shape *sh, int64_t kernel
 tdm_status tdm_gpu_deltanet_step(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh,
                                  const tdm_gpu_deltanet_step_io *io, tdm_error *err);
 
+/* ---- greedy choice ---- */
+
+/* *out = the index of the largest of x[0..n) (device; NaN never wins, the
+ * lowest index on ties, 0 when nothing is above -inf: tdm_sampler_argmax's
+ * choice), so a greedy step downloads 4 bytes instead of its logits.
+ * scratch: device memory of tdm_gpu_argmax_scratch_bytes() bytes, 8-byte
+ * aligned, zeroed once before its first use (every call leaves it so);
+ * calls sharing it run in stream order. 1 <= n <= INT32_MAX. */
+size_t tdm_gpu_argmax_scratch_bytes(void);
+tdm_status tdm_gpu_argmax(tdm_gpu *g, const float *x, int64_t n, void *scratch, int32_t *out, tdm_error *err);
+
 /* ---- MoE ---- */
 
 /* Router on the device: softmax over n_expert logits (float32), top-k

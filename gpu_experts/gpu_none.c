@@ -294,6 +294,14 @@ tdm_status tdm_gpu_deltanet_step(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh,
     return NO_CUDA(err, "gpu deltanet_step");
 }
 
+size_t tdm_gpu_argmax_scratch_bytes(void) { return 0; }
+
+tdm_status tdm_gpu_argmax(tdm_gpu *g, const float *x, int64_t n, void *scratch, int32_t *out, tdm_error *err)
+{
+    (void)g, (void)x, (void)n, (void)scratch, (void)out;
+    return NO_CUDA(err, "gpu argmax");
+}
+
 tdm_status tdm_gpu_router(tdm_gpu *g, const float *logits, int64_t ntok, int64_t n_expert,
                           int64_t k, bool renorm, int32_t *ids, float *weights, tdm_error *err)
 {

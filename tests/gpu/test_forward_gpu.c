@@ -5,7 +5,7 @@
  *    the same eval split in batches of 5 and the last-row-only head agree;
  *    greedy_24 through incremental decode (CUDA graphs; the same steps
  *    without graphs, or with programmatic dependent launch off, give the
- *    same logits), greedy_last logits, route hook
+ *    same logits; chosen on the device, the same tokens), greedy_last logits, route hook
  *    calls, recurrent-state save/load replays the same continuation;
  *  - small-qwen35moe Q4_K_M: KL(ref || gpu) <= 1.1 KL(ref || llama.cpp) and
  *    top-1 vs llama.cpp >= 0.95 (test_model_quant's bounds; or top-1 vs the
@@ -138,6 +138,23 @@ static void check_greedy(fx_micro *mc)
         assert_true(v != 1 || tdm_forward_gpu_graphs(fe));
         free(le);
         tdm_forward_gpu_free(fe);
+    }
+    /* the device's greedy choice (tdm_forward_gpu_eval_greedy: the decode
+     * graph's last kernel, or eagerly) gives the same tokens */
+    for (int graphs = 1; graphs >= 0; graphs--) {
+        tdm_forward_gpu *fg = gpu_new(mc->m, n + ng + 8, 512);
+        tdm_forward_gpu_set_graphs(fg, graphs);
+        int32_t t = -1;
+        tdm_error err = {0};
+        assert_int_equal(tdm_forward_gpu_eval_greedy(fg, tokens, n, 0, &t, &err), TDM_OK);
+        for (int i = 0; i < ng; i++) {
+            assert_int_equal(t, want[i]);
+            if (i + 1 < ng)
+                assert_int_equal(tdm_forward_gpu_eval_greedy(fg, &t, 1, n + i, &t, &err), TDM_OK);
+        }
+        printf("  greedy_24 chosen on the device (%s): %d/%d tokens match\n", graphs ? "graphs" : "eager", ng, ng);
+        assert_true(!graphs || tdm_forward_gpu_graphs(fg));
+        tdm_forward_gpu_free(fg);
     }
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", mc->dir, cJSON_GetObjectItem(p, "greedy_last_logits_file")->valuestring);
@@ -362,10 +379,16 @@ static void test_session_cuda(void **state)
     for (int i = 0; i < 3; i++)
         assert_int_equal(tdm_session_eval(s, extra + i, 1, NULL, &err), TDM_OK);
     memcpy(l0, tdm_session_logits(s), V * sizeof(float));
+    /* a greedy step leaves no logits behind; its choice is the argmax of an eval's */
+    int32_t next = -1;
+    assert_int_equal(tdm_session_eval_greedy(s, extra, 1, &next, &err), TDM_OK);
+    assert_null(tdm_session_logits(s));
     const int32_t kept = tdm_session_truncate(s, n + 1);
     assert_int_equal(kept, n); /* back to the prompt's checkpoint */
     assert_int_equal(tdm_session_eval(s, extra, 3, NULL, &err), TDM_OK);
     memcpy(l1, tdm_session_logits(s), V * sizeof(float));
+    assert_int_equal(tdm_session_eval(s, extra, 1, NULL, &err), TDM_OK);
+    assert_int_equal(next, fx_argmax(tdm_session_logits(s), V));
     printf("  session on cuda: truncate(%d) kept %d; continuation rel diff %.2e\n", n + 1, kept,
            fx_rel_l2(l1, l0, V));
     assert_true(fx_rel_l2(l1, l0, V) < 1e-5);

@@ -1,8 +1,9 @@
 /* test_gpu_ops: norms, the attention inputs (q/k norms, RoPE, q/gate split,
  * KV store), attention (decode and prefill, GQA, gated, positions from
  * device memory), DeltaNet conv + recurrence (decode steps, the sequential
- * and the chunked prefill, the one-launch decode step) and the router, each against a float64 host
- * reference on fresh random data with NaN-poisoned outputs and odd sizes. */
+ * and the chunked prefill, the one-launch decode step), the router and the greedy choice, each
+ * against a float64 (the choice: a scalar) host reference on fresh random data with poisoned
+ * outputs and odd sizes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -789,6 +790,99 @@ static void test_router(void **state)
     printf("  %s\n", e.msg);
 }
 
+/* ---------------- greedy choice ---------------- */
+
+/* The rule of gpu.h (and tdm_sampler_argmax): the first of the largest, NaN
+ * never wins, 0 when nothing is above -inf. */
+static int32_t ref_argmax(const float *x, int64_t n)
+{
+    int32_t best = 0;
+    float bv = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > bv)
+            bv = x[i], best = (int32_t)i;
+    return best;
+}
+
+enum { AM_RANDOM, AM_TIES, AM_NAN, AM_ALL_NAN, AM_NEG_INF, AM_ZEROS, AM_POS_INF, AM_CASES };
+
+static void fill_argmax_case(float *x, int64_t n, int c)
+{
+    rand_floats(x, (size_t)n, 4.0f);
+    const int64_t a = (int64_t)(rng_u64() % (uint64_t)n), b = (int64_t)(rng_u64() % (uint64_t)n);
+    switch (c) {
+    case AM_TIES: /* the largest value twice (or more): the lowest index */
+        x[a] = x[b] = 100.0f;
+        for (int i = 0; i < 3; i++)
+            x[rng_u64() % (uint64_t)n] = 100.0f;
+        break;
+    case AM_NAN: /* NaN at 0, at a and in a tenth of the row never wins */
+        for (int64_t i = 0; i < n; i++)
+            if (rng_u64() % 10 == 0)
+                x[i] = NAN;
+        x[0] = x[a] = NAN;
+        break;
+    case AM_ALL_NAN:
+        for (int64_t i = 0; i < n; i++)
+            x[i] = NAN;
+        break;
+    case AM_NEG_INF: /* nothing above -inf: 0, whatever is at 0 */
+        for (int64_t i = 0; i < n; i++)
+            x[i] = rng_u64() % 2 ? -INFINITY : NAN;
+        break;
+    case AM_ZEROS: /* -0 and +0 are equal: the first of them */
+        for (int64_t i = 0; i < n; i++)
+            x[i] = -1.0f - fabsf(x[i]);
+        x[a] = -0.0f;
+        x[b] = 0.0f;
+        break;
+    case AM_POS_INF:
+        x[a] = INFINITY;
+        x[b] = INFINITY;
+        break;
+    default:
+        break;
+    }
+}
+
+static void test_argmax(void **state)
+{
+    (void)state;
+    const int64_t sizes[] = {1, 2, 31, 255, 4097, 65537, 151936, 248320, 248321, 1000003};
+    const int64_t nmax = 1000003;
+    float *x = malloc((size_t)nmax * sizeof(float));
+    assert_non_null(x);
+    float *dx = (float *)dev_alloc((size_t)(nmax + 1) * sizeof(float));
+    void *scratch = dev_alloc(tdm_gpu_argmax_scratch_bytes());
+    GPU_OK(tdm_gpu_memset(g_gpu, scratch, 0, tdm_gpu_argmax_scratch_bytes(), ERR));
+    int32_t *dout = (int32_t *)dev_alloc(sizeof(int32_t));
+    int checked = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (int c = 0; c < AM_CASES; c++) {
+            const int64_t n = sizes[si];
+            fill_argmax_case(x, n, c);
+            /* in place at an odd offset: no alignment is assumed */
+            float *d = dx + (si % 2);
+            GPU_OK(tdm_gpu_upload(g_gpu, d, x, (size_t)n * sizeof(float), ERR));
+            const int32_t poison = -7;
+            GPU_OK(tdm_gpu_upload(g_gpu, dout, &poison, sizeof poison, ERR));
+            GPU_OK(tdm_gpu_argmax(g_gpu, d, n, scratch, dout, ERR));
+            int32_t got = -1;
+            GPU_OK(tdm_gpu_sync(g_gpu, ERR));
+            GPU_OK(tdm_gpu_download(g_gpu, &got, dout, sizeof got, ERR));
+            const int32_t want = ref_argmax(x, n);
+            if (got != want)
+                fail_msg("argmax n=%lld case %d: %d, want %d", (long long)n, c, got, want);
+            checked++;
+        }
+    tdm_error e = {0};
+    assert_int_equal(tdm_gpu_argmax(g_gpu, dx, 0, scratch, dout, &e), TDM_ERR_INVALID);
+    printf("  argmax: %d rows (1 .. 1000003 logits; ties, NaN, -inf, -0/+0, +inf), every call on one scratch\n",
+           checked);
+    free(x);
+    dev_free(dx), dev_free(scratch), dev_free(dout);
+}
+
 /* Slot copies on the copy stream, ordered against compute only by the fences:
  * a kernel queued on the compute stream after tdm_gpu_wait_copies() must see
  * the copied bytes, and a copy queued after tdm_gpu_wait_compute() must not
@@ -828,7 +922,8 @@ int main(void)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_ssm_conv),  cmocka_unit_test(test_deltanet),
         cmocka_unit_test(test_deltanet_chunked), cmocka_unit_test(test_deltanet_step),
-        cmocka_unit_test(test_router),    cmocka_unit_test(test_copy_stream),
+        cmocka_unit_test(test_router),    cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_copy_stream),
     };
     return cmocka_run_group_tests(tests, gpu_setup, gpu_teardown);
 }

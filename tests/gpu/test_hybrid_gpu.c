@@ -18,6 +18,9 @@
  *    slots, pool jobs = layer calls with a miss;
  *  - adaptive policy on the demo model: slot copies run on the copy stream
  *    during decode (swaps > 0) without changing the bounds;
+ *  - greedy on the device: every case whose split does not adapt replays
+ *    its path with tdm_forward_gpu_eval_greedy, and each choice is the
+ *    argmax of the logits the path gave;
  *  - pool of 1 thread and of every core; a budget below the fixed part is
  *    refused with TDM_ERR_OOM; a budget that leaves 0 slots runs;
  *  - the direct share (a fixed 2 or 3 misses per layer launch, more than
@@ -114,6 +117,24 @@ static void run_path(tdm_forward_gpu *f, const int32_t *tok, int np, int n, floa
     if (st)
         fprintf(stderr, "eval: %s\n", err.msg);
     assert_int_equal(st, TDM_OK);
+}
+
+/* run_path chosen on the device (tdm_forward_gpu_eval_greedy) from a reset,
+ * teacher-forced: every choice is the argmax of the logits rows [n][V] the
+ * path gave (a split of the work that does not adapt computes the same
+ * values again). */
+static void check_greedy_replay(tdm_forward_gpu *f, const int32_t *tok, int np, int n, const float *rows, int V)
+{
+    tdm_error err = {0};
+    assert_int_equal(tdm_forward_gpu_reset(f, &err), TDM_OK);
+    int32_t c = -1;
+    assert_int_equal(tdm_forward_gpu_eval_greedy(f, tok, np, 0, &c, &err), TDM_OK);
+    for (int i = np;; i++) {
+        assert_int_equal(c, fx_argmax(rows + (size_t)(i - 1) * V, V));
+        if (i == n)
+            break;
+        assert_int_equal(tdm_forward_gpu_eval_greedy(f, tok + i, 1, i, &c, &err), TDM_OK);
+    }
 }
 
 static tdm_forward_gpu *open_hybrid(const tdm_model *m, int n_ctx, const hyb_case *hc, const tdm_topology *topo)
@@ -248,6 +269,8 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
     }
     if (hc->policy == TDM_CACHE_ADAPTIVE)
         assert_true(s.swaps > 0);
+    else if (hc->direct >= 0)
+        check_greedy_replay(f, tok, np, n, h, V);
     tdm_forward_gpu_free(f);
     free(h);
 }

@@ -218,6 +218,22 @@ static void check_greedy(fx_micro *mc)
     assert_int_equal(tdm_session_n_past(s), n_past);
     int32_t bad = mc->hp->n_vocab;
     assert_int_equal(tdm_session_eval(s, &bad, 1, NULL, &err), TDM_ERR_INVALID);
+    /* greedy steps: the same tokens, the choice written after the token it
+     * may alias is read, no logits left behind, bad input refused */
+    tdm_session_reset(s);
+    int32_t t = -1;
+    assert_int_equal(tdm_session_eval_greedy(s, tokens, n, &t, &err), TDM_OK);
+    assert_null(tdm_session_logits(s));
+    for (int i = 0; i < ng; i++) {
+        assert_int_equal(t, want[i]);
+        assert_int_equal(tdm_session_eval_greedy(s, &t, 1, &t, &err), TDM_OK);
+        assert_int_equal(tdm_session_tokens(s)[n + i], want[i]);
+    }
+    assert_int_equal(tdm_session_eval_greedy(s, &bad, 1, &t, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_session_eval_greedy(s, tokens, 1, NULL, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_session_n_past(s), n + ng);
+    assert_int_equal(tdm_session_eval(s, tokens, 1, NULL, &err), TDM_OK);
+    assert_non_null(tdm_session_logits(s));
     free(ref);
     tdm_session_free(s);
 }

@@ -107,6 +107,25 @@ static void test_greedy_is_argmax(void **state)
     for (int i = 0; i < 1000; i++)
         l[i] = -INFINITY;
     assert_int_equal(tdm_sampler_sample(s, l), 0);
+    assert_true(tdm_sampler_greedy(s));
+    tdm_sampler_free(s);
+    /* greedy only without temperature and without an active penalty */
+    tdm_sampler_params p = plain(0.0f);
+    p.repeat_penalty = 1.1f;
+    s = new_sampler(1000, p);
+    assert_false(tdm_sampler_greedy(s));
+    tdm_sampler_free(s);
+    p.penalty_last_n = 0; /* a penalty over no tokens */
+    s = new_sampler(1000, p);
+    assert_true(tdm_sampler_greedy(s));
+    tdm_sampler_free(s);
+    p = plain(0.0f);
+    p.presence_penalty = 0.5f;
+    s = new_sampler(1000, p);
+    assert_false(tdm_sampler_greedy(s));
+    tdm_sampler_free(s);
+    s = new_sampler(1000, plain(0.7f));
+    assert_false(tdm_sampler_greedy(s));
     tdm_sampler_free(s);
 }
 
