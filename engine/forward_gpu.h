@@ -123,7 +123,8 @@ tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32
                                 bool logits_all, tdm_error *err);
 /* The same without logits: *next = the greedy choice after the last token
  * (tdm_sampler_argmax of its logits), made on the device; only the id
- * crosses PCIe (a one-token step on the H200: 4 bytes instead of 1 MB). */
+ * crosses PCIe (a one-token step on the H200: 4 bytes instead of 1 MB).
+ * next may point into tokens (it is written last). */
 tdm_status tdm_forward_gpu_eval_greedy(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0,
                                        int32_t *next, tdm_error *err);
 

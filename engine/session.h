@@ -78,7 +78,8 @@ tdm_status tdm_session_eval(tdm_session *s, const int32_t *tokens, int32_t n, fl
 
 /* As tdm_session_eval, returning the greedy choice after the last token
  * (tdm_sampler_argmax of its logits) in *next: a greedy decode step. On the
- * GPU the choice is made on the device and the logits stay there. */
+ * GPU the choice is made on the device and the logits stay there. next
+ * may point into tokens (it is written last). */
 tdm_status tdm_session_eval_greedy(tdm_session *s, const int32_t *tokens, int32_t n, int32_t *next,
                                    tdm_error *err);
 
