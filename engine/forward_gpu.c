@@ -589,6 +589,11 @@ static tdm_status register_experts(tdm_forward_gpu *f, tdm_error *err)
             continue;
         const tdm_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
         for (int i = 0; i < 3; i++) {
+            const int al = tdm_gpu_weight_align(w[i]->type);
+            if (al <= 0 || (uintptr_t)w[i]->data % (uintptr_t)al || w[i]->mat_bytes % (size_t)al)
+                return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "layer %d's experts (%s) do not start %d-byte "
+                                     "aligned in memory, as the GPU's decoders need", il,
+                                     tdm_qtype_name(w[i]->type), al);
             const uint8_t *a = w[i]->data, *b = a + w[i]->mat_bytes * (size_t)w[i]->n_mat;
             lo = !lo || a < lo ? a : lo;
             hi = !hi || b > hi ? b : hi;

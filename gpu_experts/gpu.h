@@ -10,8 +10,15 @@
  *
  * Layouts: activations are float32 row-major, one row per token
  * (`x[t * n + i]`). Quantised weight matrices are GGUF's: `rows` rows of `k`
- * elements, row r at byte r * tdm_qtype_row_bytes(type, k); blocks may be only
- * 1-byte aligned. Attention KV caches are fp16, [n_kv_head][n_ctx][head_dim].
+ * elements, row r at byte r * tdm_qtype_row_bytes(type, k). A matrix starts
+ * aligned to the largest power of two, at most 16, that divides its format's
+ * block bytes (Q4_K, Q5_K 16; Q5_1, IQ4_XS 8; Q4_1, Q2_K 4; Q6_K, Q8_0, Q3_K,
+ * Q4_0, Q5_0, IQ4_NL 2; MXFP4 1; the plain types 4), so every block is: the
+ * int8 decoders' loads assume it (every buffer of a tdm_gpu and every GGUF
+ * tensor start is aligned so; tdm_gpu_weight_align). The entry points refuse
+ * other weights, and expert slots and host experts whose size breaks it from
+ * one to the next.
+ * Attention KV caches are fp16, [n_kv_head][n_ctx][head_dim].
  * DeltaNet recurrent state is float32 [H_v][d_k][d_v] (key index first, as HF).
  *
  * Nothing here allocates on the per-token path: scratch is passed in by the
@@ -156,6 +163,11 @@ tdm_status tdm_gpu_set_tuning(tdm_gpu *g, const tdm_gpu_tuning *t, tdm_error *er
 /* True when the GPU kernels multiply weights of type t: F32, F16, BF16, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4. */
 bool tdm_gpu_type_supported(tdm_qtype t);
+
+/* The alignment in bytes a matrix of type t must start at (see Layouts
+ * above), and that expert slots and host experts keep from one to the
+ * next; 0 when the kernels do not take the type. */
+int tdm_gpu_weight_align(tdm_qtype t);
 
 #define TDM_GPU_MATVEC_MAX_TOK 8 /* tokens a matvec block multiplies at once */
 

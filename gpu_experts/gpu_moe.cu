@@ -449,6 +449,9 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
     a->gate_g = moe_chunk_geom_of(L->gate_type, a);
     a->up_g = moe_chunk_geom_of(L->up_type, a);
     a->down_units = a->n_ff / tdm_gpu_qt_unit(L->down_type);
+    MOE_CHECK(tdm_gpu_check_align(L->gate_type, a->arena + a->gate_off, a->slot_bytes, "gpu moe", "gate", err));
+    MOE_CHECK(tdm_gpu_check_align(L->up_type, a->arena + a->up_off, a->slot_bytes, "gpu moe", "up", err));
+    MOE_CHECK(tdm_gpu_check_align(L->down_type, a->arena + a->down_off, a->slot_bytes, "gpu moe", "down", err));
     const tdm_gpu_shared_expert *sh = L->shared;
     if (sh) {
         TDM_REQUIRE(err, sh->gate && sh->up && sh->down, "gpu moe: shared expert weights NULL");
@@ -468,6 +471,9 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
         a->sh_gate_g = moe_chunk_geom_of(sh->gate_type, a);
         a->sh_up_g = moe_chunk_geom_of(sh->up_type, a);
         a->sh_down_units = a->sh_n_ff / tdm_gpu_qt_unit(sh->down_type);
+        MOE_CHECK(tdm_gpu_check_align(sh->gate_type, sh->gate, 0, "gpu moe", "shared gate", err));
+        MOE_CHECK(tdm_gpu_check_align(sh->up_type, sh->up, 0, "gpu moe", "shared up", err));
+        MOE_CHECK(tdm_gpu_check_align(sh->down_type, sh->down, 0, "gpu moe", "shared down", err));
     }
     const tdm_gpu_direct_experts *dx = L->direct;
     if (dx) {
@@ -479,6 +485,9 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
         a->dir_up_stride = (int64_t)dx->up_stride;
         a->dir_down_stride = (int64_t)dx->down_stride;
         a->dir_quota = dx->quota;
+        MOE_CHECK(tdm_gpu_check_align(L->gate_type, dx->gate, a->dir_gate_stride, "gpu moe", "host gate", err));
+        MOE_CHECK(tdm_gpu_check_align(L->up_type, dx->up, a->dir_up_stride, "gpu moe", "host up", err));
+        MOE_CHECK(tdm_gpu_check_align(L->down_type, dx->down, a->dir_down_stride, "gpu moe", "host down", err));
     }
     return TDM_OK;
 }

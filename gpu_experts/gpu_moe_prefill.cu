@@ -560,7 +560,7 @@ template <int T> static constexpr bool pf_one_scale()
         return true;
 }
 
-static tdm_status pf_mat_set(pf_mat *m, const void *w, tdm_qtype t, int64_t rows, int64_t k,
+static tdm_status pf_mat_set(pf_mat *m, const void *w, int64_t stride, tdm_qtype t, int64_t rows, int64_t k,
                              const char *what, tdm_error *err)
 {
     int blk, bytes;
@@ -573,6 +573,7 @@ static tdm_status pf_mat_set(pf_mat *m, const void *w, tdm_qtype t, int64_t rows
                 "gpu moe_prefill: %s is [%lld][%lld]; its rows must be a positive multiple of "
                 "the %s block (%d)",
                 what, (long long)rows, (long long)k, tdm_qtype_name(t), blk);
+    PF_TRY(tdm_gpu_check_align(t, w, stride, "gpu moe_prefill", what, err));
     int one = 0;
     TDM_QT_DISPATCH(t, one = pf_one_scale<QTYPE>());
     *m = pf_mat{(const uint8_t *)w, k / blk * bytes, (int)t, (int)rows, (int)k, one};
@@ -595,20 +596,15 @@ static tdm_status pf_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t k
                 INT32_MAX / 2);
     memset(a, 0, sizeof *a);
     const uint8_t *arena = (const uint8_t *)tb->arena;
-    PF_TRY(pf_mat_set(&a->mat[0][0], arena + tb->gate_off, L->gate_type, L->n_ff, L->n_embd,
-                      "gate", err));
-    PF_TRY(pf_mat_set(&a->mat[0][1], arena + tb->up_off, L->up_type, L->n_ff, L->n_embd, "up",
-                      err));
-    PF_TRY(pf_mat_set(&a->mat[0][2], arena + tb->down_off, L->down_type, L->n_embd, L->n_ff,
-                      "down", err));
+    const int64_t sb = (int64_t)tb->slot_bytes;
+    PF_TRY(pf_mat_set(&a->mat[0][0], arena + tb->gate_off, sb, L->gate_type, L->n_ff, L->n_embd, "gate", err));
+    PF_TRY(pf_mat_set(&a->mat[0][1], arena + tb->up_off, sb, L->up_type, L->n_ff, L->n_embd, "up", err));
+    PF_TRY(pf_mat_set(&a->mat[0][2], arena + tb->down_off, sb, L->down_type, L->n_embd, L->n_ff, "down", err));
     const tdm_gpu_shared_expert *sh = L->shared;
     if (sh) {
-        PF_TRY(pf_mat_set(&a->mat[1][0], sh->gate, sh->gate_type, sh->n_ff, L->n_embd,
-                          "shared gate", err));
-        PF_TRY(pf_mat_set(&a->mat[1][1], sh->up, sh->up_type, sh->n_ff, L->n_embd, "shared up",
-                          err));
-        PF_TRY(pf_mat_set(&a->mat[1][2], sh->down, sh->down_type, L->n_embd, sh->n_ff,
-                          "shared down", err));
+        PF_TRY(pf_mat_set(&a->mat[1][0], sh->gate, 0, sh->gate_type, sh->n_ff, L->n_embd, "shared gate", err));
+        PF_TRY(pf_mat_set(&a->mat[1][1], sh->up, 0, sh->up_type, sh->n_ff, L->n_embd, "shared up", err));
+        PF_TRY(pf_mat_set(&a->mat[1][2], sh->down, 0, sh->down_type, L->n_embd, sh->n_ff, "shared down", err));
         a->has_shared = 1;
         a->sh_logit = sh->gate_logit;
     }

@@ -181,6 +181,12 @@ bool tdm_gpu_type_supported(tdm_qtype t)
     return false;
 }
 
+int tdm_gpu_weight_align(tdm_qtype t)
+{
+    (void)t;
+    return 0;
+}
+
 tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, int64_t rows, int64_t k,
                           const float *x, const void *xq, int ntok, float *y, bool accumulate,
                           tdm_error *err)

@@ -89,6 +89,23 @@ int tdm_gpu_qt_unit(tdm_qtype t)
     return unit;
 }
 
+extern "C" int tdm_gpu_weight_align(tdm_qtype t)
+{
+    int a = 0;
+    TDM_QT_DISPATCH(t, (a = QT<QTYPE>::I8 ? tdm_al(QT<QTYPE>::BYTES, 0) : 4));
+    return a;
+}
+
+tdm_status tdm_gpu_check_align(tdm_qtype t, const void *w, int64_t stride, const char *who, const char *what,
+                               tdm_error *err)
+{
+    const int al = tdm_gpu_weight_align(t);
+    TDM_REQUIRE(err, al > 0 && (uintptr_t)w % al == 0 && stride % al == 0,
+                "%s: %s weights (%s) must start %d-byte aligned%s", who, what, tdm_qtype_name(t), al,
+                stride ? ", and so must every slot or expert after them" : "");
+    return TDM_OK;
+}
+
 extern "C" bool tdm_gpu_type_supported(tdm_qtype t)
 {
     int blk, bytes;
@@ -339,9 +356,9 @@ static tdm_status check_weights(tdm_qtype wt, const void *w, int64_t rows, int64
     TDM_REQUIRE(err, k % blk == 0, "%s: k=%lld is not a multiple of the %s block (%d)", who,
                 (long long)k, tdm_qtype_name(wt), blk);
     TDM_REQUIRE(err, k / 8 <= INT32_MAX && rows <= INT32_MAX, "%s: shape too large", who);
-    if (blk == 8) /* plain types are read as whole words */
-        TDM_REQUIRE(err, ((uintptr_t)w & 3) == 0, "%s: %s weights must be 4-byte aligned", who,
-                    tdm_qtype_name(wt));
+    tdm_status s = tdm_gpu_check_align(wt, w, 0, who, "the", err);
+    if (s != TDM_OK)
+        return s;
     *row_bytes = k / blk * bytes;
     return TDM_OK;
 }

@@ -73,52 +73,68 @@ TDM_HD uint32_t tdm_u32(const uint8_t *p)
 }
 TDM_HD float tdm_h2f(const uint8_t *p) { return tdm_half_f32(tdm_u16(p)); }
 
-/* ---- loads for the int8 decoders: as wide as the address allows ---- */
+/* ---- loads for the int8 decoders: as wide as the format allows ---- */
 
-/* A 16-bit field (blocks are 2-byte aligned except MXFP4's 17-byte ones). */
-TDM_HD uint16_t tdm_ld16(const uint8_t *p)
+/* The alignment (a power of two, at most 16) of byte `off` of every block of
+ * a format with blocks of `bytes` bytes, given that the matrix starts 16-byte
+ * aligned (gpu.h): rows and blocks start at multiples of `bytes`. Known when
+ * compiled, so the loads below never test an address: a branch there kept
+ * the next unit's (or row's) loads behind this one's decode. */
+__host__ __device__ constexpr int tdm_al(int bytes, int off)
+{
+    int a = 16;
+    while (a > 1 && (bytes % a != 0 || off % a != 0))
+        a >>= 1;
+    return a;
+}
+
+/* A 16-bit field at an address aligned to A (1: MXFP4's 17-byte blocks,
+ * odd or even). */
+template <int A> TDM_HD uint16_t tdm_ld16(const uint8_t *p)
 {
 #ifdef __CUDA_ARCH__
-    if (((uintptr_t)p & 1) == 0)
+    if (A >= 2 || ((uintptr_t)p & 1) == 0)
         return __ldg((const unsigned short *)p);
 #endif
     return tdm_u16(p);
 }
 
-/* N little-endian words from p. WIDE (blocks of a multiple of 16 bytes:
- * Q4_K, Q5_K): 16-byte loads where p is 16-byte aligned. Otherwise, for an
- * even p, the N aligned words from p & ~3 funnel-shifted by 0 or 16 bits,
- * the last two bytes from a predicated 2-byte load, so the lanes of Q6_K /
- * Q8_0 blocks, which alternate between 4- and 2-byte alignment, do not
- * diverge. Odd p: bytes. Never reads outside [p & ~3, p + 4N). */
-template <int N, bool WIDE = false> TDM_HD void tdm_ldw(const uint8_t *p, uint32_t *w)
+/* N little-endian words from p, aligned to A: 16-byte loads (A = 16),
+ * 4-byte loads (A = 4, 8), or for A = 2 the N aligned words from p & ~3
+ * funnel-shifted by 0 or 16 bits with the last two bytes from a predicated
+ * 2-byte load, so that the lanes of Q6_K / Q8_0 blocks, which alternate
+ * between 4- and 2-byte alignment, do not diverge (never reading outside
+ * [p & ~3, p + 4N)). A = 1 (MXFP4): that for an even p, bytes for an odd
+ * one. */
+template <int N, int A> TDM_HD void tdm_ldw(const uint8_t *p, uint32_t *w)
 {
 #ifdef __CUDA_ARCH__
-    uintptr_t a = (uintptr_t)p;
-    if (WIDE && N % 4 == 0 && (a & 15) == 0) {
+    if constexpr (A >= 16 && N % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < N / 4; i++) {
-            uint4 v = __ldg((const uint4 *)p + i);
+            const uint4 v = __ldg((const uint4 *)p + i);
             w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
         }
-        return;
-    }
-    if ((a & 1) == 0) {
+    } else if constexpr (A >= 4) {
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            w[i] = __ldg((const unsigned int *)p + i);
+    } else if (A == 2 || ((uintptr_t)p & 1) == 0) {
+        const uintptr_t a = (uintptr_t)p;
         const unsigned int *al = (const unsigned int *)(a & ~(uintptr_t)3);
-        unsigned shift = (unsigned)(a & 2) * 8;
+        const unsigned shift = (unsigned)(a & 2) * 8;
         uint32_t lo = __ldg(al);
 #pragma unroll
         for (int i = 0; i < N; i++) {
-            uint32_t hi = i < N - 1 ? __ldg(al + i + 1)
-                          : shift ? __ldg((const unsigned short *)(p + 4 * N - 2)) : 0u;
+            const uint32_t hi = i < N - 1 ? __ldg(al + i + 1)
+                                : shift ? __ldg((const unsigned short *)(p + 4 * N - 2)) : 0u;
             w[i] = __funnelshift_r(lo, hi, shift);
             lo = hi;
         }
-        return;
-    }
+    } else
 #endif
-    for (int i = 0; i < N; i++)
-        w[i] = tdm_u32(p + 4 * i);
+        for (int i = 0; i < N; i++)
+            w[i] = tdm_u32(p + 4 * i);
 }
 
 /* ---- byte-parallel helpers (4 quants per 32-bit word) ---- */
@@ -152,12 +168,12 @@ TDM_HD void tdm_qg_scales(tdm_qg *g, float d0, float d1, float m0, float m1)
     g->d[0] = d0, g->d[1] = d1, g->m[0] = m0, g->m[1] = m1;
 }
 
-/* 16 bytes of nibbles, 32-element blocks: low nibbles are elements 0..15,
- * high nibbles 16..31. */
-TDM_HD void tdm_nibbles32(const uint8_t *qs, uint32_t *q)
+/* 16 bytes of nibbles (aligned to A), 32-element blocks: low nibbles are
+ * elements 0..15, high nibbles 16..31. */
+template <int A> TDM_HD void tdm_nibbles32(const uint8_t *qs, uint32_t *q)
 {
     uint32_t w[4];
-    tdm_ldw<4>(qs, w);
+    tdm_ldw<4, A>(qs, w);
     for (int i = 0; i < 4; i++) {
         q[i] = w[i] & 0x0F0F0F0Fu;
         q[i + 4] = (w[i] >> 4) & 0x0F0F0F0Fu;
@@ -236,8 +252,8 @@ template <> struct QT<TDM_Q_Q4_0> : QI8<1, false, false, 8> {
     }
     static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
     {
-        tdm_nibbles32(b + 2, g->q);
-        float d = tdm_half_f32(tdm_ld16(b));
+        tdm_nibbles32<tdm_al(BYTES, 2)>(b + 2, g->q);
+        float d = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 0)>(b));
         tdm_qg_scales(g, d, d, 0.0f, 0.0f);
     }
 };
@@ -254,8 +270,8 @@ template <> struct QT<TDM_Q_Q4_1> : QI8<1, false, true> {
     }
     static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
     {
-        tdm_nibbles32(b + 4, g->q);
-        float d = tdm_half_f32(tdm_ld16(b)), m = tdm_half_f32(tdm_ld16(b + 2));
+        tdm_nibbles32<tdm_al(BYTES, 4)>(b + 4, g->q);
+        float d = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 0)>(b)), m = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 2)>(b + 2));
         tdm_qg_scales(g, d, d, -m, -m); /* d q - (-m) rounds as d q + m */
     }
 };
@@ -274,10 +290,10 @@ template <> struct QT<TDM_Q_Q5_0> : QI8<1, false, false, 16> {
     static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
     {
         uint32_t h;
-        tdm_ldw<1>(b + 2, &h);
-        tdm_nibbles32(b + 6, g->q);
+        tdm_ldw<1, tdm_al(BYTES, 2)>(b + 2, &h);
+        tdm_nibbles32<tdm_al(BYTES, 6)>(b + 6, g->q);
         tdm_high_bits32(h, g->q);
-        float d = tdm_half_f32(tdm_ld16(b));
+        float d = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 0)>(b));
         tdm_qg_scales(g, d, d, 0.0f, 0.0f);
     }
 };
@@ -296,10 +312,10 @@ template <> struct QT<TDM_Q_Q5_1> : QI8<1, false, true> {
     static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
     {
         uint32_t h;
-        tdm_ldw<1>(b + 4, &h);
-        tdm_nibbles32(b + 8, g->q);
+        tdm_ldw<1, tdm_al(BYTES, 4)>(b + 4, &h);
+        tdm_nibbles32<tdm_al(BYTES, 8)>(b + 8, g->q);
         tdm_high_bits32(h, g->q);
-        float d = tdm_half_f32(tdm_ld16(b)), m = tdm_half_f32(tdm_ld16(b + 2));
+        float d = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 0)>(b)), m = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 2)>(b + 2));
         tdm_qg_scales(g, d, d, -m, -m);
     }
 };
@@ -315,8 +331,8 @@ template <> struct QT<TDM_Q_Q8_0> : QI8<1, false, false> {
     }
     static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
     {
-        tdm_ldw<8>(b + 2, g->q);
-        float d = tdm_half_f32(tdm_ld16(b));
+        tdm_ldw<8, tdm_al(BYTES, 2)>(b + 2, g->q);
+        float d = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 0)>(b));
         tdm_qg_scales(g, d, d, 0.0f, 0.0f);
     }
 };
@@ -333,10 +349,10 @@ template <> struct QT<TDM_Q_IQ4_NL> : QI8<1, false, false> {
     }
     static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
     {
-        tdm_nibbles32(b + 2, g->q);
+        tdm_nibbles32<tdm_al(BYTES, 2)>(b + 2, g->q);
         for (int i = 0; i < 8; i++)
             g->q[i] = tdm_lut_bytes(g->q[i], TDM_KV_IQ4NL);
-        float d = tdm_half_f32(tdm_ld16(b));
+        float d = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 0)>(b));
         tdm_qg_scales(g, d, d, 0.0f, 0.0f);
     }
 };
@@ -359,7 +375,7 @@ template <> struct QT<TDM_Q_MXFP4> : QI8<1, false, false> {
     }
     static TDM_HD void dqi8(const uint8_t *b, int, tdm_qg *g)
     {
-        tdm_nibbles32(b + 1, g->q);
+        tdm_nibbles32<tdm_al(BYTES, 1)>(b + 1, g->q);
         for (int i = 0; i < 8; i++)
             g->q[i] = tdm_lut_bytes(g->q[i], TDM_KV_FP4);
         float d = tdm_e8m0_half(b[0]);
@@ -382,11 +398,11 @@ template <> struct QT<TDM_Q_Q2_K> : QI8<1, true, true> {
     static TDM_HD void dqi8(const uint8_t *b, int g8, tdm_qg *g)
     {
         uint32_t w[8];
-        tdm_ldw<8>(b + 16 + 32 * (g8 >> 2), w);
+        tdm_ldw<8, tdm_al(BYTES, 16)>(b + 16 + 32 * (g8 >> 2), w);
         for (int i = 0; i < 8; i++)
             g->q[i] = (w[i] >> (2 * (g8 & 3))) & 0x03030303u;
-        uint32_t sc = tdm_ld16(b + 2 * g8);
-        float d = tdm_half_f32(tdm_ld16(b + 80)), dm = tdm_half_f32(tdm_ld16(b + 82));
+        uint32_t sc = tdm_ld16<tdm_al(BYTES, 2)>(b + 2 * g8);
+        float d = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 80)>(b + 80)), dm = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 82)>(b + 82));
         tdm_qg_scales(g, d * (float)(sc & 0xF), d * (float)((sc >> 8) & 0xF), dm * (float)((sc >> 4) & 0xF),
                       dm * (float)(sc >> 12));
     }
@@ -418,11 +434,11 @@ template <> struct QT<TDM_Q_Q3_K> : QI8<1, true, false, 4> {
     static TDM_HD void dqi8(const uint8_t *b, int g8, tdm_qg *g)
     {
         uint32_t w[8], hm[8];
-        tdm_ldw<8>(b + 32 + 32 * (g8 >> 2), w);
-        tdm_ldw<8>(b, hm);
+        tdm_ldw<8, tdm_al(BYTES, 32)>(b + 32 + 32 * (g8 >> 2), w);
+        tdm_ldw<8, tdm_al(BYTES, 0)>(b, hm);
         for (int i = 0; i < 8; i++) /* a set high bit: q - 4 >= 0 */
             g->q[i] = ((w[i] >> (2 * (g8 & 3))) & 0x03030303u) | (((hm[i] >> g8) & 0x01010101u) << 2);
-        float d = tdm_half_f32(tdm_ld16(b + 108));
+        float d = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 108)>(b + 108));
         tdm_qg_scales(g, d * (float)tdm_q3k_scale(b + 96, 2 * g8),
                       d * (float)tdm_q3k_scale(b + 96, 2 * g8 + 1), 0.0f, 0.0f);
     }
@@ -452,9 +468,9 @@ TDM_HD void tdm_k4_scales(const uint32_t *hdr, int p, float *d, float *m)
     m[0] = dm * (float)(mn & 0xFFu), m[1] = dm * (float)(mn >> 8);
 }
 
-TDM_HD void tdm_k4_header(const uint8_t *b, uint32_t *hdr)
+template <int BYTES> TDM_HD void tdm_k4_header(const uint8_t *b, uint32_t *hdr)
 {
-    tdm_ldw<4, true>(b, hdr);
+    tdm_ldw<4, tdm_al(BYTES, 0)>(b, hdr);
 }
 
 template <> struct QT<TDM_Q_Q4_K> : QI8<2, false, true> {
@@ -462,7 +478,7 @@ template <> struct QT<TDM_Q_Q4_K> : QI8<2, false, true> {
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
         uint32_t hdr[4];
-        tdm_k4_header(b, hdr);
+        tdm_k4_header<BYTES>(b, hdr);
         float d[2], m[2];
         tdm_k4_scales(hdr, j >> 3, d, m);
         const uint8_t *q = b + 16 + 32 * (j >> 3) + (j & 3) * 8;
@@ -474,8 +490,8 @@ template <> struct QT<TDM_Q_Q4_K> : QI8<2, false, true> {
     static TDM_HD void dqi8(const uint8_t *b, int u, tdm_qg *g)
     {
         uint32_t hdr[4], w[8];
-        tdm_k4_header(b, hdr);
-        tdm_ldw<8, true>(b + 16 + 32 * u, w);
+        tdm_k4_header<BYTES>(b, hdr);
+        tdm_ldw<8, tdm_al(BYTES, 16)>(b + 16 + 32 * u, w);
         float d[2], m[2];
         tdm_k4_scales(hdr, u, d, m);
         for (int i = 0; i < 2; i++) {
@@ -491,7 +507,7 @@ template <> struct QT<TDM_Q_Q5_K> : QI8<2, false, true> {
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
         uint32_t hdr[4];
-        tdm_k4_header(b, hdr);
+        tdm_k4_header<BYTES>(b, hdr);
         const int k = j >> 2, hi = k & 1;
         float d[2], m[2];
         tdm_k4_scales(hdr, k >> 1, d, m);
@@ -506,9 +522,9 @@ template <> struct QT<TDM_Q_Q5_K> : QI8<2, false, true> {
     static TDM_HD void dqi8(const uint8_t *b, int u, tdm_qg *g)
     {
         uint32_t hdr[4], w[8], h[8];
-        tdm_k4_header(b, hdr);
-        tdm_ldw<8, true>(b + 48 + 32 * u, w);
-        tdm_ldw<8, true>(b + 16, h);
+        tdm_k4_header<BYTES>(b, hdr);
+        tdm_ldw<8, tdm_al(BYTES, 48)>(b + 48 + 32 * u, w);
+        tdm_ldw<8, tdm_al(BYTES, 16)>(b + 16, h);
         float d[2], m[2];
         tdm_k4_scales(hdr, u, d, m);
         for (int i = 0; i < 2; i++) {
@@ -539,14 +555,14 @@ template <> struct QT<TDM_Q_Q6_K> : QI8<2, true, false, 32> {
     {
         int h = u >> 1;
         uint32_t w[8], qh[8];
-        tdm_ldw<8>(b + 64 * h + 32 * (u & 1), w);
-        tdm_ldw<8>(b + 128 + 32 * h, qh);
-        float d = tdm_half_f32(tdm_ld16(b + 208));
+        tdm_ldw<8, tdm_al(BYTES, 0)>(b + 64 * h + 32 * (u & 1), w);
+        tdm_ldw<8, tdm_al(BYTES, 128)>(b + 128 + 32 * h, qh);
+        float d = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 208)>(b + 208));
         for (int i = 0; i < 2; i++) {
             int quarter = (u & 1) + 2 * i;
             for (int j = 0; j < 8; j++)
                 g[i].q[j] = ((w[j] >> (4 * i)) & 0x0F0F0F0Fu) | (((qh[j] >> (2 * quarter)) & 0x03030303u) << 4);
-            uint32_t sc = tdm_ld16(b + 192 + 8 * h + 2 * quarter);
+            uint32_t sc = tdm_ld16<tdm_al(BYTES, 2)>(b + 192 + 8 * h + 2 * quarter);
             tdm_qg_scales(&g[i], d * (float)(int8_t)(sc & 0xFF), d * (float)(int8_t)(sc >> 8), 0.0f,
                           0.0f);
         }
@@ -557,8 +573,8 @@ template <> struct QT<TDM_Q_IQ4_XS> : QI8<1, false, false> {
     static constexpr int BLK = 256, BYTES = 136;
     static TDM_HD float scale(const uint8_t *b, int ib)
     {
-        int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 0xF) | (((tdm_ld16(b + 2) >> (2 * ib)) & 3) << 4);
-        return tdm_half_f32(tdm_ld16(b)) * (float)(ls - 32);
+        int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 0xF) | (((tdm_ld16<tdm_al(BYTES, 2)>(b + 2) >> (2 * ib)) & 3) << 4);
+        return tdm_half_f32(tdm_ld16<tdm_al(BYTES, 0)>(b)) * (float)(ls - 32);
     }
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
     {
@@ -571,7 +587,7 @@ template <> struct QT<TDM_Q_IQ4_XS> : QI8<1, false, false> {
     }
     static TDM_HD void dqi8(const uint8_t *b, int ib, tdm_qg *g)
     {
-        tdm_nibbles32(b + 8 + 16 * ib, g->q);
+        tdm_nibbles32<tdm_al(BYTES, 8)>(b + 8 + 16 * ib, g->q);
         for (int i = 0; i < 8; i++)
             g->q[i] = tdm_lut_bytes(g->q[i], TDM_KV_IQ4NL);
         float dl = scale(b, ib);
@@ -788,5 +804,13 @@ __device__ __forceinline__ uint4 tdm_pack_f16x8(const float *q)
 
 /* Bytes of one row, and whether the GPU code handles the type. */
 bool tdm_gpu_qt_geometry(tdm_qtype t, int *blk, int *bytes);
+
+/* TDM_OK when a matrix of type t starts at w, and at w + i * stride for
+ * every i (expert slots, host experts), as tdm_gpu_weight_align asks (the
+ * quantised formats: tdm_al(BYTES, 0), which the int8 decoders' loads
+ * assume; the plain ones: 4, read as words); else
+ * TDM_ERR_INVALID naming who and what. */
+tdm_status tdm_gpu_check_align(tdm_qtype t, const void *w, int64_t stride, const char *who, const char *what,
+                               tdm_error *err);
 
 #endif

@@ -140,8 +140,17 @@ static void run_moe_tile(const moe_case *c)
         int32_t t = *a; *a = *b; *b = t;
     }
     size_t gb = ex[0].gate.bytes, ub = ex[0].up.bytes, db = ex[0].down.bytes;
-    size_t slot_bytes = gb + ub + db + 7; /* odd stride: slots only byte aligned... */
-    slot_bytes += slot_bytes & 1;        /* ...but 2-aligned, as the blocks need */
+    /* slots aligned no more than their formats ask (gpu.h): an odd-sized
+     * slot padded to the largest of the three alignments */
+    size_t al = 1;
+    const tdm_qtype mt[3] = {c->gt, c->ut ? c->ut : c->gt, c->dt};
+    for (int i = 0; i < 3; i++) {
+        const size_t a = (size_t)tdm_gpu_weight_align(mt[i]);
+        assert_true(a >= 1 && gb % a == 0 && (gb + ub) % a == 0);
+        al = a > al ? a : al;
+    }
+    size_t slot_bytes = gb + ub + db + 1;
+    slot_bytes = (slot_bytes + al - 1) / al * al;
     uint8_t *arena = calloc(n_slots ? n_slots : 1, slot_bytes);
     for (int64_t e = 0; e < E; e++) {
         int32_t s = slot_of[c->layer * E + e];
@@ -240,6 +249,14 @@ static void run_moe_tile(const moe_case *c)
         dev_free(dxq), dev_free(dh2);
     }
     GPU_OK(tdm_gpu_moe_down(g_gpu, &L, dh, dids, dw, ntok, k, dadd, dy, true, ERR));
+    if (al > 1) { /* a slot stride that breaks one matrix's alignment is refused */
+        tdm_gpu_expert_table bad = tab;
+        bad.slot_bytes = slot_bytes + al / 2;
+        tdm_gpu_moe_layer Lb = L;
+        Lb.table = &bad;
+        tdm_error e = {0};
+        assert_int_equal(tdm_gpu_moe_down(g_gpu, &Lb, dh, dids, dw, ntok, k, dadd, dy, true, &e), TDM_ERR_INVALID);
+    }
     float *h = dev_download_f32(dh, ntok * nsel * hs), *y = dev_download_f32(dy, ntok * D);
 
     /* h: reference for resident selections; poisoned elsewhere */

@@ -164,7 +164,11 @@ static void world_make(world *w, const pcase *c)
         so[r] = t;
     }
     size_t gb = w->ex[0].gate.bytes, db = w->ex[0].down.bytes;
-    w->slot_bytes = (2 * gb + db + 7 + 1) & ~(size_t)1; /* odd-sized but 2-aligned slots */
+    /* odd-sized slots padded to no more than the formats ask (gpu.h) */
+    size_t al = (size_t)tdm_gpu_weight_align(c->gt);
+    al = (size_t)tdm_gpu_weight_align(c->dt) > al ? (size_t)tdm_gpu_weight_align(c->dt) : al;
+    assert_true(al >= 1 && (2 * gb) % al == 0);
+    w->slot_bytes = (2 * gb + db + 7 + al) / al * al;
     w->arena = calloc(w->n_slots ? w->n_slots : 1, w->slot_bytes);
     for (int64_t e = 0; e < E; e++) {
         if (so[e] < 0)

@@ -230,12 +230,28 @@ static void test_matvec_expert_shapes(void **state)
     /* rows longer than one activation chunk (uneven last chunk) */
     run_matvec(TDM_Q_Q4_K, 37, 16640, 1, true);
     run_matvec(TDM_Q_Q8_0, 29, 16416, 3, false);
-    /* weights 2-byte and 1-byte aligned: every load width of the int8 path */
-    static const tdm_qtype ua[] = {TDM_Q_Q4_K, TDM_Q_Q5_K, TDM_Q_Q6_K, TDM_Q_Q8_0, TDM_Q_Q3_K};
+    /* weights aligned no more than their format asks (MXFP4: odd; Q6_K and
+     * Q8_0: blocks alternating between 2- and 4-byte alignment): every load
+     * width of the int8 path; half that alignment is refused */
+    static const tdm_qtype ua[] = {TDM_Q_Q4_K, TDM_Q_Q5_K, TDM_Q_Q6_K, TDM_Q_Q8_0, TDM_Q_Q3_K,
+                                   TDM_Q_Q2_K, TDM_Q_Q4_1, TDM_Q_Q5_1, TDM_Q_IQ4_XS, TDM_Q_MXFP4};
+    float *dx = dev_poisoned(512), *dy = dev_poisoned(67);
     for (size_t i = 0; i < sizeof ua / sizeof ua[0]; i++) {
-        run_matvec_at(ua[i], 67, 512, 2, false, 2);
-        run_matvec_at(ua[i], 67, 512, 1, false, 1);
+        const int al = tdm_gpu_weight_align(ua[i]);
+        assert_true(al >= 1 && al <= 16);
+        run_matvec_at(ua[i], 67, 512, 2, false, (size_t)al % 16);
+        run_matvec_at(ua[i], 67, 512, 1, false, (size_t)al % 16);
+        if (al > 1) {
+            problem p;
+            problem_make_at(&p, ua[i], 67, 512, (size_t)al / 2);
+            tdm_error e = {0};
+            assert_int_equal(tdm_gpu_matvec(g_gpu, ua[i], p.dw, 67, 512, dx, NULL, 1, dy, false, &e), TDM_ERR_INVALID);
+            printf("  %s\n", e.msg);
+            problem_free(&p);
+        }
     }
+    assert_int_equal(tdm_gpu_weight_align(TDM_Q_Q8_K), 0);
+    dev_free(dx), dev_free(dy);
 }
 
 /* Every launch shape computes the same values. */
@@ -274,7 +290,7 @@ static void run_pair(tdm_qtype ta, int64_t ra, tdm_qtype tb, int64_t rb, int64_t
 {
     problem a, b;
     problem_make(&a, ta, ra, k);
-    problem_make_at(&b, tb, rb, k, 1); /* b's blocks unaligned */
+    problem_make_at(&b, tb, rb, k, (size_t)tdm_gpu_weight_align(tb) % 16); /* b aligned no more than it must */
     const size_t ny = (size_t)(ra + rb), qb = tdm_gpu_xq8_bytes(1, k);
     float *x = malloc(sizeof(float) * k), *y0 = malloc(sizeof(float) * ny);
     void *hq = malloc(qb);
