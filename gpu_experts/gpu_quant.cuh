@@ -76,10 +76,11 @@ TDM_HD float tdm_h2f(const uint8_t *p) { return tdm_half_f32(tdm_u16(p)); }
 /* ---- loads for the int8 decoders: as wide as the format allows ---- */
 
 /* The alignment (a power of two, at most 16) of byte `off` of every block of
- * a format with blocks of `bytes` bytes, given that the matrix starts 16-byte
- * aligned (gpu.h): rows and blocks start at multiples of `bytes`. Known when
- * compiled, so the loads below never test an address: a branch there kept
- * the next unit's (or row's) loads behind this one's decode. */
+ * a format with blocks of `bytes` bytes, given that the matrix starts aligned
+ * to tdm_al(bytes, 0) (gpu.h, tdm_gpu_weight_align): rows and blocks start at
+ * multiples of `bytes` from there. Known when compiled, so the loads below
+ * never test an address: a branch there kept the next unit's (or row's)
+ * loads behind this one's decode. */
 __host__ __device__ constexpr int tdm_al(int bytes, int off)
 {
     int a = 16;
@@ -402,7 +403,8 @@ template <> struct QT<TDM_Q_Q2_K> : QI8<1, true, true> {
         for (int i = 0; i < 8; i++)
             g->q[i] = (w[i] >> (2 * (g8 & 3))) & 0x03030303u;
         uint32_t sc = tdm_ld16<tdm_al(BYTES, 2)>(b + 2 * g8);
-        float d = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 80)>(b + 80)), dm = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 82)>(b + 82));
+        float d = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 80)>(b + 80)),
+              dm = tdm_half_f32(tdm_ld16<tdm_al(BYTES, 82)>(b + 82));
         tdm_qg_scales(g, d * (float)(sc & 0xF), d * (float)((sc >> 8) & 0xF), dm * (float)((sc >> 4) & 0xF),
                       dm * (float)(sc >> 12));
     }
@@ -573,7 +575,8 @@ template <> struct QT<TDM_Q_IQ4_XS> : QI8<1, false, false> {
     static constexpr int BLK = 256, BYTES = 136;
     static TDM_HD float scale(const uint8_t *b, int ib)
     {
-        int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 0xF) | (((tdm_ld16<tdm_al(BYTES, 2)>(b + 2) >> (2 * ib)) & 3) << 4);
+        int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 0xF) |
+                 (((tdm_ld16<tdm_al(BYTES, 2)>(b + 2) >> (2 * ib)) & 3) << 4);
         return tdm_half_f32(tdm_ld16<tdm_al(BYTES, 0)>(b)) * (float)(ls - 32);
     }
     static TDM_HD void dq8(const uint8_t *b, int j, float *y)
