@@ -65,7 +65,7 @@ TDM_HD float tdm_half_f32(uint16_t u)
 #endif
 }
 
-/* Unaligned little-endian fields (blocks are only 1-2 byte aligned). */
+/* Little-endian fields at any byte: the float decoders (dq8) and host code. */
 TDM_HD uint16_t tdm_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 TDM_HD uint32_t tdm_u32(const uint8_t *p)
 {
