@@ -330,7 +330,9 @@ template <int T> static cudaError_t launch_matvec(const tdm_gpu *g, mv_plan *p)
     cudaError_t e;
     if constexpr (QT<T>::I8) {
         plan_q8<T>(p, &g->tune, g->sm_count);
-        if (p->xq)
+        if (p->xq && p->rpw == 2)
+            MVQ_LAUNCH_X(1, 2, true);
+        else if (p->xq)
             MVQ_LAUNCH_X(1, 1, true);
         else
             MV_BUCKETS(MVQ_LAUNCH);
@@ -380,12 +382,15 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
                 "gpu matvec: an int8 copy of x serves one token (ntok=%d) and must be 16-byte aligned", ntok);
     /* 2 rows per lane from 3 tokens on, for large matrices only: it halves the
      * activation loads (1.4-1.6x at 8 tokens on 2048x4096 .. 248320x2048) but
-     * costs parallelism on expert-sized ones (measured, docs/GPU.md) */
+     * costs parallelism on expert-sized ones (measured, docs/GPU.md); and for
+     * one token from x's int8 copy over 8192 rows or more (lm head, DeltaNet
+     * and attention inputs), where it keeps both rows' loads in flight */
     const int per = ntok < TDM_GPU_MATVEC_MAX_TOK ? ntok : TDM_GPU_MATVEC_MAX_TOK;
     mv_plan p = {(const uint8_t *)w, row_bytes, rows, k, x, (const int8_t *)xq, per, y, accumulate ? 1 : 0, 1, 1};
     p.all_tok = ntok;
     p.groups = (unsigned)groups;
-    p.rpw = per <= 2 ? 1
+    p.rpw = per == 1 ? (xq && k <= MV_XQ_ELEMS && rows >= 8192 && k >= 2048 ? 2 : 1)
+            : per == 2 ? 1
             : g->tune.matvec_rows ? g->tune.matvec_rows
             : rows >= 2048 && k >= 2048 ? 2 : 1;
     cudaError_t e = cudaErrorInvalidValue;
