@@ -28,64 +28,77 @@ __device__ __forceinline__ void router_warp_argmax(float *best, int *bi)
 #endif
 }
 
-/* Lane's largest untaken probability among experts lane, lane + 32, ...
- * (strict: its lowest id wins ties); -1 and n_expert when none is left. */
-__device__ __forceinline__ void router_lane_best(const float *p, int n_expert, int lane, float *best, int *bi)
+/* Lane's largest untaken probability among its experts lane, lane + 32,
+ * ... (p[i] is expert lane + 32 i; strict: the lowest id wins ties); -1 and
+ * n_expert when none is left. Unrolled: p stays in registers. */
+template <int PER>
+__device__ __forceinline__ void router_lane_best(const float (&p)[PER], int n_expert, int lane, float *best,
+                                                 int *bi)
 {
     *best = -1.0f;
     *bi = n_expert;
-    for (int e = lane; e < n_expert; e += 32)
-        if (p[e] > *best) {
-            *best = p[e];
-            *bi = e;
+#pragma unroll
+    for (int i = 0; i < PER; i++)
+        if (p[i] > *best) {
+            *best = p[i];
+            *bi = lane + 32 * i;
         }
 }
 
-/* One warp per token: probabilities in shared memory, k rounds of arg-max;
- * each lane keeps its own best between rounds and only the lane whose
- * expert was taken looks again. */
+/* One warp per token, PER experts per lane held in registers (an expert
+ * past n_expert: probability -1, never chosen): softmax, then k rounds of
+ * arg-max; each lane keeps its own best between rounds and only the lane
+ * whose expert was taken looks again. */
+template <int PER>
 __global__ void __launch_bounds__(32)
     router_kernel(const float *__restrict__ logits, int n_expert, int k, int renorm, int32_t *ids,
                   float *weights)
 {
-    __shared__ float p[ROUTER_MAX_EXPERTS];
     tdm_pdl_enter();
-    int t = blockIdx.x, lane = threadIdx.x;
+    const int t = blockIdx.x, lane = threadIdx.x;
     const float *lr = logits + (int64_t)t * n_expert;
+    float p[PER];
     float mx = -INFINITY;
-    for (int e = lane; e < n_expert; e += 32)
-        mx = fmaxf(mx, lr[e]);
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int e = lane + 32 * i;
+        p[i] = e < n_expert ? lr[e] : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
     mx = tdm_warp_max(mx);
     float sum = 0.0f;
-    for (int e = lane; e < n_expert; e += 32) {
-        float v = expf(lr[e] - mx);
-        p[e] = v;
-        sum += v;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        p[i] = lane + 32 * i < n_expert ? expf(p[i] - mx) : 0.0f;
+        sum += p[i];
     }
     sum = tdm_warp_sum(sum);
-    float inv = 1.0f / sum;
-    for (int e = lane; e < n_expert; e += 32)
-        p[e] *= inv;
-    float mine, tot = 0.0f, chosen[ROUTER_MAX_K];
-    int mine_i;
+    const float inv = 1.0f / sum;
+#pragma unroll
+    for (int i = 0; i < PER; i++)
+        p[i] = lane + 32 * i < n_expert ? p[i] * inv : -1.0f;
+    float mine, tot = 0.0f, chosen = 0.0f; /* lane r < k: round r's choice */
+    int mine_i, chosen_i = 0;
     router_lane_best(p, n_expert, lane, &mine, &mine_i);
     for (int r = 0; r < k; r++) {
         float best = mine;
         int bi = mine_i;
         router_warp_argmax(&best, &bi);
-        chosen[r] = best;
         tot += best;
-        if (lane == 0)
-            ids[(int64_t)t * k + r] = bi;
+        if (lane == r) {
+            chosen = best;
+            chosen_i = bi;
+        }
         if (lane == (bi & 31)) { /* taken: this lane's next best */
-            p[bi] = -2.0f;
+#pragma unroll
+            for (int i = 0; i < PER; i++)
+                p[i] = lane + 32 * i == bi ? -2.0f : p[i];
             router_lane_best(p, n_expert, lane, &mine, &mine_i);
         }
     }
-    if (lane == 0) {
-        float d = renorm ? 1.0f / tot : 1.0f;
-        for (int r = 0; r < k; r++)
-            weights[(int64_t)t * k + r] = chosen[r] * d;
+    if (lane < k) {
+        ids[(int64_t)t * k + lane] = chosen_i;
+        weights[(int64_t)t * k + lane] = chosen * (renorm ? 1.0f / tot : 1.0f);
     }
 }
 
@@ -99,7 +112,14 @@ extern "C" tdm_status tdm_gpu_router(tdm_gpu *g, const float *logits, int64_t nt
     TDM_REQUIRE(err, k >= 1 && k <= n_expert && k <= ROUTER_MAX_K,
                 "gpu router: k=%lld outside 1..min(n_expert, %d)", (long long)k, ROUTER_MAX_K);
     TDM_REQUIRE(err, ntok >= 1 && ntok <= INT32_MAX, "gpu router: ntok=%lld", (long long)ntok);
-    TDM_LAUNCH(err, g, router_kernel, (unsigned)ntok, 32, 0, logits, (int)n_expert, (int)k, renorm ? 1 : 0, ids,
+    /* experts per lane: the least power of two that covers n_expert */
+    static const decltype(&router_kernel<1>) kernels[] = {router_kernel<1>, router_kernel<2>, router_kernel<4>,
+                                                          router_kernel<8>, router_kernel<16>, router_kernel<32>};
+    static_assert(32 << 5 == ROUTER_MAX_EXPERTS, "the table ends at ROUTER_MAX_EXPERTS");
+    int per_log2 = 0;
+    while ((32 << per_log2) < n_expert)
+        per_log2++;
+    TDM_LAUNCH(err, g, kernels[per_log2], (unsigned)ntok, 32, 0, logits, (int)n_expert, (int)k, renorm ? 1 : 0, ids,
                weights);
     return TDM_OK;
 }
