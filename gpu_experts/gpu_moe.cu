@@ -45,10 +45,12 @@ __device__ __forceinline__ void router_lane_best(const float (&p)[PER], int n_ex
         }
 }
 
+static_assert(ROUTER_MAX_K <= 32, "a lane per choice");
+
 /* One warp per token, PER experts per lane held in registers (an expert
  * past n_expert: probability -1, never chosen): softmax, then k rounds of
  * arg-max; each lane keeps its own best between rounds and only the lane
- * whose expert was taken looks again. */
+ * whose expert was taken looks again; lane r keeps round r's choice. */
 template <int PER>
 __global__ void __launch_bounds__(32)
     router_kernel(const float *__restrict__ logits, int n_expert, int k, int renorm, int32_t *ids,
