@@ -32,6 +32,7 @@
 
 #include "quant.h"
 #include "status.h"
+#include "topology.h"
 
 typedef struct tdm_experts_desc {
     const void *gate;      /* expert 0's gate matrix [n_ff][n_embd]; expert e at gate + e*gate_stride */
@@ -89,14 +90,6 @@ struct tdm_team {
  * its share of an expert ahead of a call (the pool's warm-up) leaves those
  * rows in the caches of the core that will compute them. */
 void tdm_experts_share(int64_t rows, int tid, int nth, int64_t *r0, int64_t *r1);
-
-/* Spin-wait hint (x86 pause), for the team's waits here and in the pool. */
-static inline void tdm_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
 
 /* tdm_experts_run on the team (called on its thread 0 only; the checks and
  * the bookkeeping run there before the team starts; a tiny call runs there

@@ -28,4 +28,14 @@ tdm_status tdm_topology_bind_thread(const tdm_topology *t, int core, tdm_error *
  * physical core (thread i -> core i). Call outside a parallel region. */
 tdm_status tdm_topology_bind_omp_team(const tdm_topology *t, int n, tdm_error *err);
 
+/* Spin-wait hint for a thread that polls (x86 pause: the core's other
+ * hyper-thread runs meanwhile): the expert team's and the pool's waits, the
+ * GPU context's wait for its stream. */
+static inline void tdm_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 #endif

@@ -7,6 +7,10 @@
 
 #include "gpu_common.cuh"
 
+extern "C" {
+#include "topology.h"
+}
+
 tdm_status tdm_gpu_cuda_fail(tdm_error *err, cudaError_t e, const char *call, const char *file,
                              int line)
 {
@@ -393,11 +397,7 @@ extern "C" tdm_status tdm_gpu_sync_pausing(tdm_gpu *g, tdm_error *err)
     cudaError_t e;
     while ((e = cudaEventQuery(g->sync_done)) == cudaErrorNotReady)
         for (int i = 0; i < 32; i++) /* ~2 us between polls */
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#else
-            ;
-#endif
+            tdm_cpu_relax();
     TDM_CU(err, e);
     return tdm_gpu_sync(g, err); /* nothing left to wait for: reports the stream's errors */
 }
