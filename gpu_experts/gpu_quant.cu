@@ -315,7 +315,9 @@ template <int T> static void plan_q8(mv_plan *p, const tdm_gpu_tuning *tu, int s
     if (p->lpr_log2 < 5) /* several rows per warp already: a warp never spans rows */
         p->wpr = 1;
     else
-        p->wpr = tu->matvec_wpr ? tu->matvec_wpr : auto_wpr(groups, units, sm_count);
+        /* the one-token R = 2 launch keeps R = 1's warps per row: the same
+         * partial sums, so y does not depend on whether x's copy is given */
+        p->wpr = tu->matvec_wpr ? tu->matvec_wpr : auto_wpr(p->xq ? p->rows : groups, units, sm_count);
     int64_t tile = (int64_t)(MVQ_WARPS / p->wpr) * (32 >> p->lpr_log2) * p->rpw;
     int64_t tiles = (p->rows + tile - 1) / tile, cap_grid = (int64_t)sm_count * MVQ_BLOCKS_PER_SM;
     p->grid = (unsigned)(tiles < cap_grid ? tiles : cap_grid);
@@ -329,6 +331,11 @@ template <int T> static cudaError_t launch_matvec(const tdm_gpu *g, mv_plan *p)
 {
     cudaError_t e;
     if constexpr (QT<T>::I8) {
+        /* one token from x's int8 copy over 8192 rows or more (lm head,
+         * DeltaNet and attention inputs): 2 rows per lane keep both rows'
+         * loads in flight (+1.7% decode, docs/GPU.md) */
+        if (p->xq && p->k <= MV_XQ_ELEMS && p->rows >= 8192 && p->k >= 2048)
+            p->rpw = 2;
         plan_q8<T>(p, &g->tune, g->sm_count);
         if (p->xq && p->rpw == 2)
             MVQ_LAUNCH_X(1, 2, true);
@@ -382,15 +389,13 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
                 "gpu matvec: an int8 copy of x serves one token (ntok=%d) and must be 16-byte aligned", ntok);
     /* 2 rows per lane from 3 tokens on, for large matrices only: it halves the
      * activation loads (1.4-1.6x at 8 tokens on 2048x4096 .. 248320x2048) but
-     * costs parallelism on expert-sized ones (measured, docs/GPU.md); and for
-     * one token from x's int8 copy over 8192 rows or more (lm head, DeltaNet
-     * and attention inputs), where it keeps both rows' loads in flight */
+     * costs parallelism on expert-sized ones (measured, docs/GPU.md); one
+     * token from x's int8 copy: launch_matvec */
     const int per = ntok < TDM_GPU_MATVEC_MAX_TOK ? ntok : TDM_GPU_MATVEC_MAX_TOK;
     mv_plan p = {(const uint8_t *)w, row_bytes, rows, k, x, (const int8_t *)xq, per, y, accumulate ? 1 : 0, 1, 1};
     p.all_tok = ntok;
     p.groups = (unsigned)groups;
-    p.rpw = per == 1 ? (xq && k <= MV_XQ_ELEMS && rows >= 8192 && k >= 2048 ? 2 : 1)
-            : per == 2 ? 1
+    p.rpw = per <= 2 ? 1
             : g->tune.matvec_rows ? g->tune.matvec_rows
             : rows >= 2048 && k >= 2048 ? 2 : 1;
     cudaError_t e = cudaErrorInvalidValue;

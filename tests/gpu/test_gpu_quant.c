@@ -227,9 +227,12 @@ static void test_matvec_expert_shapes(void **state)
         run_matvec(ts[i], 512, 2048, 8, false);
         run_matvec(ts[i], 2048, 768, 5, false);  /* Qwen3-30B-A3B down */
     }
-    /* one token from x's int8 copy over 8192+ rows: 2 rows per lane */
+    /* one token from x's int8 copy over 8192+ rows: 2 rows per lane (bit-equal
+     * to 1 row per lane without the copy, also where the rows are long enough
+     * for 2 warps per row) */
     run_matvec(TDM_Q_Q6_K, 8195, 2048, 1, false);
     run_matvec(TDM_Q_Q4_K, 8195, 2048, 1, true);
+    run_matvec(TDM_Q_Q8_0, 8195, 4096, 1, false);
     /* rows longer than one activation chunk (uneven last chunk) */
     run_matvec(TDM_Q_Q4_K, 37, 16640, 1, true);
     run_matvec(TDM_Q_Q8_0, 29, 16416, 3, false);
