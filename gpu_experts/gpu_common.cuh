@@ -34,6 +34,7 @@ struct tdm_gpu {
     cudaEvent_t fences[TDM_GPU_FENCES];  /* tdm_gpu_fence_copies (no timing) */
     cublasHandle_t blas;
     int sm_count;
+    int64_t l2_bytes; /* the L2 cache: bounds the products' prefetch ahead of their wait */
     bool pdl_capable; /* compute capability 9.0 or later: programmatic dependent launch */
     tdm_gpu_tuning tune;
     tdm_gpu_buf *bufs; /* every allocation made through this context */

@@ -94,6 +94,9 @@ static tdm_status create(tdm_gpu *g, int device, tdm_error *err)
     g->device = device;
     TDM_CU(err, cudaSetDevice(device));
     TDM_CU(err, cudaDeviceGetAttribute(&g->sm_count, cudaDevAttrMultiProcessorCount, device));
+    int l2 = 0;
+    TDM_CU(err, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    g->l2_bytes = l2;
     int major = 0;
     TDM_CU(err, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     g->pdl_capable = major >= 9;

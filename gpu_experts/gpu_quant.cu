@@ -165,6 +165,7 @@ typedef struct mv_seg {
     float *y;
     int lpr_log2, wpr;
     unsigned grid; /* blocks walking this matrix's tiles */
+    int pf_tiles;  /* tiles a block asks L2 for before its wait (plan_q8) */
 } mv_seg;
 
 /* Block blk (< s.grid) of matrix s over ntok tokens of x (one token group). */
@@ -187,8 +188,12 @@ __device__ __forceinline__ void mv_q8_block(const mv_seg &s, unsigned blk, const
     int64_t tile_rows = (int64_t)(MVQ_WARPS / wpr) * rows_group;
     int64_t ntiles = (rows + tile_rows - 1) / tile_rows;
     int nchunks = (int)((k + chunk - 1) / chunk);
-    int64_t first = (int64_t)blk * tile_rows;
-    tdm_prefetch_l2(s.w + first * row_bytes, (rows - first < tile_rows ? rows - first : tile_rows) * row_bytes);
+    for (int i = 0; i < s.pf_tiles; i++) {
+        int64_t first = ((int64_t)blk + (int64_t)i * s.grid) * tile_rows;
+        if (first >= rows)
+            break;
+        tdm_prefetch_l2(s.w + first * row_bytes, (rows - first < tile_rows ? rows - first : tile_rows) * row_bytes);
+    }
     tdm_pdl_enter(); /* x is the previous kernel's */
     if (XG)
         tdm_xq_copy(mv_smem, xg, pitch);
@@ -264,14 +269,14 @@ typedef struct mv_plan {
     int acc, wpr, rpw;
     int all_tok;     /* every token of the call */
     unsigned groups; /* token groups: grid.y */
-    int lpr_log2, chunk; /* int8 path */
+    int lpr_log2, chunk, pf_tiles; /* int8 path */
     unsigned grid;
     size_t smem;
 } mv_plan;
 
 static mv_seg seg_of(const mv_plan *p)
 {
-    return mv_seg{p->w, p->row_bytes, p->rows, p->y, p->lpr_log2, p->wpr, p->grid};
+    return mv_seg{p->w, p->row_bytes, p->rows, p->y, p->lpr_log2, p->wpr, p->grid, p->pf_tiles};
 }
 
 #define MVF_LAUNCH(NT, R)                                                                     \
@@ -300,9 +305,13 @@ static mv_seg seg_of(const mv_plan *p)
     } while (0)
 
 /* Fills the int8 path's shape: chunk of k held in shared memory (all of k
- * when x's int8 copy is given), lanes per row, warps per row, grid. */
-template <int T> static void plan_q8(mv_plan *p, const tdm_gpu_tuning *tu, int sm_count)
+ * when x's int8 copy is given), lanes per row, warps per row, grid, and the
+ * tiles each block asks L2 for before its wait: all of its share while the
+ * launch's shares fit a quarter of L2, else as many as fit (at least one). */
+template <int T> static void plan_q8(mv_plan *p, const tdm_gpu *g)
 {
+    const tdm_gpu_tuning *tu = &g->tune;
+    const int sm_count = g->sm_count;
     if (p->k > MV_XQ_ELEMS) /* a copy too long for shared memory: quantise x in chunks */
         p->xq = NULL;
     int64_t cap = p->xq ? p->k : MV_XQ_ELEMS / p->ntok / 256 * 256; /* chunks end on block boundaries */
@@ -321,6 +330,8 @@ template <int T> static void plan_q8(mv_plan *p, const tdm_gpu_tuning *tu, int s
     int64_t tile = (int64_t)(MVQ_WARPS / p->wpr) * (32 >> p->lpr_log2) * p->rpw;
     int64_t tiles = (p->rows + tile - 1) / tile, cap_grid = (int64_t)sm_count * MVQ_BLOCKS_PER_SM;
     p->grid = (unsigned)(tiles < cap_grid ? tiles : cap_grid);
+    const int64_t fit = g->l2_bytes / 4 / p->grid / (tile * p->row_bytes);
+    p->pf_tiles = (int)(fit < 1 ? 1 : fit < tiles ? fit : tiles);
     size_t pitch = ((size_t)p->chunk + 127) & ~(size_t)127; /* as in the kernel */
     /* with a copy given too: it is staged there (a kernel launched with no
      * dynamic shared memory lost 15% of the decode step under PDL) */
@@ -336,7 +347,7 @@ template <int T> static cudaError_t launch_matvec(const tdm_gpu *g, mv_plan *p)
          * loads in flight (+1.7% decode, docs/GPU.md) */
         if (p->xq && p->k <= MV_XQ_ELEMS && p->rows >= 8192 && p->k >= 2048)
             p->rpw = 2;
-        plan_q8<T>(p, &g->tune, g->sm_count);
+        plan_q8<T>(p, g);
         if (p->xq && p->rpw == 2)
             MVQ_LAUNCH_X(1, 2, true);
         else if (p->xq)
@@ -410,8 +421,8 @@ extern "C" tdm_status tdm_gpu_matvec(tdm_gpu *g, tdm_qtype wt, const void *w, in
  * same lanes sum the same partials: bit-equal), side by side in one grid. */
 template <int TA, int TB> static cudaError_t launch_pair(const tdm_gpu *g, mv_plan *a, mv_plan *b)
 {
-    plan_q8<TA>(a, &g->tune, g->sm_count);
-    plan_q8<TB>(b, &g->tune, g->sm_count);
+    plan_q8<TA>(a, g);
+    plan_q8<TB>(b, g);
     return tdm_launch(g, matvec_q8_pair_kernel<TA, TB>, dim3(a->grid + b->grid), dim3(MVQ_WARPS * 32), a->smem,
                       seg_of(a), seg_of(b), a->k, a->xq, a->acc);
 }
