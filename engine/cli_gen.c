@@ -289,7 +289,7 @@ static tdm_status open_session(const cli_gen_opts *o, cli_gen_ctx *c, tdm_error 
 bool cli_gen_finish(const cli_gen_ctx *c, const cli_gen_opts *o)
 {
     if (o->stats && c->ex) {
-        char line[768];
+        char line[1024];
         tdm_executor_format_stats(c->ex, line, sizeof line);
         fprintf(stderr, "%s\n", line);
     }

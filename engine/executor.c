@@ -432,6 +432,8 @@ void tdm_executor_get_stats(const tdm_executor *x, tdm_executor_stats *out)
     tdm_expert_cache_get_stats(x->cache, &cs);
     out->swaps = cs.swaps;
     out->bytes_moved = cs.bytes_moved;
+    out->loans = cs.loans;
+    out->bytes_reclaimed = cs.bytes_reclaimed;
     out->n_slots = tdm_expert_cache_n_slots(x->cache);
     out->slot_bytes = tdm_expert_cache_slot_bytes(x->cache);
     out->pool_threads = tdm_pool_threads(x->pool);
@@ -445,7 +447,7 @@ void tdm_executor_format_stats(const tdm_executor *x, char *buf, size_t cap)
     tdm_executor_stats s;
     tdm_executor_get_stats(x, &s);
     const double nt = s.tokens > 0 ? (double)s.tokens : 1.0, sel = (double)(s.hits + s.misses);
-    char stream[96], direct[128] = "", prefetch[128] = "", warm[96] = "";
+    char stream[96], direct[128] = "", prefetch[128] = "", warm[96] = "", loan[96] = "";
     snprintf(stream, sizeof stream, " | prompt streaming: %lld layer calls, %.2f MB sent", (long long)s.streamed_layers,
              (double)s.stream_bytes / 1e6);
     if (s.direct || x->direct_mode > 0 || (x->gpu && x->direct_mode < 0))
@@ -459,15 +461,18 @@ void tdm_executor_format_stats(const tdm_executor *x, char *buf, size_t cap)
     if (s.warms)
         snprintf(warm, sizeof warm, " | pool warm-up %.2f MB/token, %.1f%% cut short", (double)s.warm_bytes / 1e6 / nt,
                  100.0 * (double)s.warm_cut / (double)s.warms);
+    if (s.loans)
+        snprintf(loan, sizeof loan, " | %lld prompts borrowed slots, %.2f MB copied back", (long long)s.loans,
+                 (double)s.bytes_reclaimed / 1e6);
     snprintf(buf, cap,
              "hybrid (%s): %d slots x %.2f MiB | hit rate %.1f%% (%lld/%lld) | pool %d threads, woken %lld/%lld "
              "layers, %.3f ms/token, %.2f MB/token, %.2f GB/s | wait %.3f ms/token | device %.3f ms/token | "
-             "swaps %lld (%.2f MB moved)%s%s%s%s",
+             "swaps %lld (%.2f MB moved)%s%s%s%s%s",
              x->gpu ? "GPU" : "emulated", s.n_slots, (double)s.slot_bytes / 1048576.0, sel > 0 ? 100.0 * (double)s.hits / sel : 0.0,
              (long long)s.hits, (long long)(s.hits + s.misses), s.pool_threads, (long long)s.pool_wakes,
              (long long)s.layers, s.pool_ms / nt, (double)s.pool_bytes / 1e6 / nt,
              s.pool_ms > 0 ? (double)s.pool_bytes / 1e6 / s.pool_ms : 0.0, s.wait_ms / nt, s.dev_ms / nt,
-             (long long)s.swaps, (double)s.bytes_moved / 1e6, direct, prefetch, warm, x->gpu ? stream : "");
+             (long long)s.swaps, (double)s.bytes_moved / 1e6, direct, prefetch, warm, x->gpu ? stream : "", loan);
 }
 
 tdm_expert_cache *tdm_executor_cache(tdm_executor *x) { return x->cache; }

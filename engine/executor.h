@@ -95,6 +95,8 @@ typedef struct tdm_executor_stats {
     uint64_t stream_bytes;        /* expert bytes those batches sent to the GPU */
     int64_t swaps;
     uint64_t bytes_moved;         /* slot copies after the fill */
+    int64_t loans;                /* prompts that borrowed slots as scratch (forward_gpu.h) */
+    uint64_t bytes_reclaimed;     /* bytes copied back into them afterwards */
     int32_t n_slots;
     size_t slot_bytes;
     int pool_threads;

@@ -17,10 +17,11 @@ struct tdm_expert_cache {
     int32_t *pub;             /* [n_layer * n_expert] published residency */
     int32_t *pend;            /* [n_slots] pub indices loaded but not yet published */
     int32_t n_pend;
+    int32_t lent;             /* the last `lent` slots are lent out (tdm_expert_cache_lend), 0: none */
     uint64_t version;
     int64_t *hits, *misses;   /* [n_layer] */
-    int64_t swaps;
-    uint64_t bytes_filled, bytes_moved;
+    int64_t swaps, loans;
+    uint64_t bytes_filled, bytes_moved, bytes_reclaimed;
 };
 
 /* ---- host device ---- */
@@ -190,10 +191,11 @@ tdm_status tdm_expert_cache_settle(tdm_expert_cache *c, bool wait, tdm_error *er
     } else if (!c->dev->poll(c->dev->ctx)) {
         return TDM_OK;
     }
-    /* The policy's table is the truth: a load evicted again meanwhile stays -1. */
+    /* The policy's table is the truth: a load evicted again meanwhile stays
+     * -1, and so does one moved into a lent slot (reclaim publishes it). */
     const int32_t *res = tdm_cache_residency(c->pol);
     for (int32_t i = 0; i < c->n_pend; i++)
-        c->pub[c->pend[i]] = res[c->pend[i]];
+        c->pub[c->pend[i]] = res[c->pend[i]] < c->n_slots - c->lent ? res[c->pend[i]] : -1;
     c->n_pend = 0;
     c->version++;
     return TDM_OK;
@@ -233,6 +235,10 @@ tdm_status tdm_expert_cache_record(tdm_expert_cache *c, int64_t token, int32_t i
         if (sw[i].evict_layer >= 0)
             c->pub[sw[i].evict_layer * c->n_expert + sw[i].evict_expert] = -1;
         c->pub[load] = -1;
+        c->version++;
+        c->swaps++;
+        if (sw[i].slot >= c->n_slots - c->lent)
+            continue; /* a lent slot: tdm_expert_cache_reclaim loads what the policy put there */
         st = load_slot(c, sw[i].slot, sw[i].load_layer, sw[i].load_expert, err);
         if (st)
             return st;
@@ -240,13 +246,56 @@ tdm_status tdm_expert_cache_record(tdm_expert_cache *c, int64_t token, int32_t i
         if (c->n_pend == c->n_slots && (st = tdm_expert_cache_settle(c, true, err)))
             return st;
         c->pend[c->n_pend++] = load;
-        c->swaps++;
         c->bytes_moved += c->slot_bytes;
-        c->version++;
     }
     /* A synchronous device publishes at once (the host emulation, tests). */
     return tdm_expert_cache_settle(c, !c->dev->poll, err);
 }
+
+tdm_status tdm_expert_cache_lend(tdm_expert_cache *c, int32_t n, void **mem, tdm_error *err)
+{
+    *mem = NULL;
+    if (c->lent)
+        return tdm_error_set(err, TDM_ERR_INVALID, "expert cache: %d slots are lent already", c->lent);
+    if (n <= 0 || n > c->n_slots)
+        return tdm_error_set(err, TDM_ERR_INVALID, "expert cache: cannot lend %d of %d slots", n, c->n_slots);
+    /* a copy still landing in a slot about to be lent would write into the loan */
+    tdm_status st = tdm_expert_cache_settle(c, true, err);
+    if (st)
+        return st;
+    const int32_t first = c->n_slots - n;
+    for (int32_t i = 0; i < c->n_layer * c->n_expert; i++)
+        if (c->pub[i] >= first)
+            c->pub[i] = -1;
+    c->lent = n;
+    c->loans++;
+    c->version++;
+    *mem = (uint8_t *)c->arena + (size_t)first * c->slot_bytes;
+    return TDM_OK;
+}
+
+tdm_status tdm_expert_cache_reclaim(tdm_expert_cache *c, tdm_error *err)
+{
+    if (!c->lent)
+        return TDM_OK;
+    const int32_t first = c->n_slots - c->lent;
+    const int32_t *res = tdm_cache_residency(c->pol);
+    c->lent = 0;
+    for (int32_t i = 0; i < c->n_layer * c->n_expert; i++) {
+        if (res[i] < first)
+            continue;
+        tdm_status st = load_slot(c, res[i], i / c->n_expert, i % c->n_expert, err);
+        if (st)
+            return st;
+        if (c->n_pend == c->n_slots && (st = tdm_expert_cache_settle(c, true, err)))
+            return st;
+        c->pend[c->n_pend++] = i;
+        c->bytes_reclaimed += c->slot_bytes;
+    }
+    return tdm_expert_cache_settle(c, !c->dev->poll, err);
+}
+
+int32_t tdm_expert_cache_lent(const tdm_expert_cache *c) { return c->lent; }
 
 void tdm_expert_cache_get_stats(const tdm_expert_cache *c, tdm_expert_cache_stats *out)
 {
@@ -258,6 +307,8 @@ void tdm_expert_cache_get_stats(const tdm_expert_cache *c, tdm_expert_cache_stat
     out->swaps = c->swaps;
     out->bytes_filled = c->bytes_filled;
     out->bytes_moved = c->bytes_moved;
+    out->loans = c->loans;
+    out->bytes_reclaimed = c->bytes_reclaimed;
 }
 
 int32_t tdm_stream_span(int32_t max_batch, int32_t n_ctx)
@@ -386,10 +437,13 @@ tdm_status tdm_budget_plan(const tdm_model *m, int32_t n_ctx, int32_t max_batch,
 
 void tdm_budget_format(const tdm_budget *b, char *buf, size_t cap)
 {
+    char lent[80] = "";
+    if (b->lent_slots)
+        snprintf(lent, sizeof lent, " (the last %d lent to prompts as scratch)", b->lent_slots);
     snprintf(buf, cap,
              "gpu-mem %.2f GiB: weights %.2f MiB, KV %.2f MiB, DeltaNet %.2f MiB, scratch %.2f MiB | "
-             "%d expert slots x %.3f MiB (of %lld) = %.2f MiB, %.2f MiB spare",
+             "%d expert slots x %.3f MiB (of %lld) = %.2f MiB%s, %.2f MiB spare",
              GIB(b->budget), MIB(b->in.weight_bytes), MIB(b->in.kv_bytes), MIB(b->in.deltanet_bytes),
              MIB(b->in.scratch_bytes), b->n_slots, MIB(b->in.slot_bytes), (long long)b->in.max_slots,
-             MIB(b->slot_total), MIB(b->spare));
+             MIB(b->slot_total), lent, MIB(b->spare));
 }

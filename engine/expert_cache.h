@@ -103,11 +103,28 @@ void tdm_expert_cache_count(tdm_expert_cache *c, int32_t il, int64_t hits, int64
 tdm_status tdm_expert_cache_record(tdm_expert_cache *c, int64_t token, int32_t il, const int32_t *ids, int32_t n,
                                    tdm_error *err);
 
+/* ---- lending slots ----
+ * The last n slots of the arena can be lent out as scratch memory (the GPU
+ * forward's prompt buffers, which one-token steps never use): lend
+ * unpublishes the experts they hold at once (they miss until reclaim) and
+ * returns their memory, n * slot_bytes from the slot boundary; while lent,
+ * loads the policy plans into them are not copied. reclaim, once nothing
+ * uses the memory any more, copies back whatever the policy holds in those
+ * slots, published as the copies land (tdm_expert_cache_settle). Between
+ * tokens only, like record; one loan at a time. */
+tdm_status tdm_expert_cache_lend(tdm_expert_cache *c, int32_t n, void **mem, tdm_error *err);
+tdm_status tdm_expert_cache_reclaim(tdm_expert_cache *c, tdm_error *err);
+/* Slots lent now (0: none). */
+int32_t tdm_expert_cache_lent(const tdm_expert_cache *c);
+
 typedef struct tdm_expert_cache_stats {
     int64_t hits, misses;   /* over all layers, as counted by the executor */
-    int64_t swaps;          /* slot copies after the initial fill */
+    int64_t swaps;          /* loads the policy planned after the fill (copied at once, or by reclaim into a
+                             * lent slot) */
     uint64_t bytes_filled;  /* bytes copied by the initial fill */
     uint64_t bytes_moved;   /* bytes copied by swaps */
+    int64_t loans;          /* tdm_expert_cache_lend calls */
+    uint64_t bytes_reclaimed; /* bytes copied back by reclaim */
 } tdm_expert_cache_stats;
 
 void tdm_expert_cache_get_stats(const tdm_expert_cache *c, tdm_expert_cache_stats *out);
@@ -133,7 +150,10 @@ int64_t tdm_expert_cache_layer_misses(const tdm_expert_cache *c, int32_t il);
  * vocabularies (the token embedding and logits for every batch row): the
  * GPU forward plans with them before it allocates anything, then plans
  * again over the fixed part as allocated (forward_gpu.c start_hybrid), so
- * the slots get what the estimates kept back. */
+ * the slots get what the estimates kept back; when holding its prompt
+ * scratch (the GEMM's, the grouped MoE's, the streaming chunks) would cost
+ * slots, it borrows the arena's last slots for it during prompt batches
+ * instead (lent_slots; the as-allocated scratch term leaves it out). */
 /* Prompt streaming: experts per chunk sent to the GPU (two chunks in VRAM). */
 #define TDM_STREAM_CHUNK 32
 /* Prompt batches of at least this many tokens stream (executor stream_min 0). */
@@ -160,6 +180,8 @@ typedef struct tdm_budget {
     int32_t n_slots;
     uint64_t slot_total;        /* n_slots * slot_bytes */
     uint64_t spare;             /* budget - fixed - slot_total */
+    int32_t lent_slots;         /* of n_slots, lent to prompt batches as scratch (the GPU forward sets it;
+                                 * the scratch term then leaves that scratch out) */
 } tdm_budget;
 
 /* The ledger's sizes for model m at n_ctx positions and max_batch tokens. */

@@ -94,10 +94,16 @@ struct tdm_forward_gpu {
     float *logits;             /* [LOGIT_ROWS][n_vocab] */
     void *amax_scratch;        /* tdm_gpu_argmax's, zeroed once */
     int32_t *next;             /* [1] the greedy choice after a step's last token (eval_greedy) */
-    void *mm_scratch;
+    /* the prompt scratch, used only by batches of more than mm_min tokens
+     * or streaming ones (borrow): held for good, or, in a hybrid
+     * forward whose budget it would cost slots, the arena's last loan_slots
+     * slots lent by the expert cache for the length of such an eval (NULL
+     * pointers in between) */
+    void *mm_scratch;          /* the GEMM's (tdm_gpu_matmul) */
     size_t mm_bytes;
-    void *moe_scratch;         /* grouped MoE of prompt batches (tdm_gpu_moe_prefill), NULL: none */
-    size_t moe_bytes;
+    void *moe_scratch;         /* grouped MoE of prompt batches (tdm_gpu_moe_prefill) */
+    size_t moe_bytes;          /* 0: batches never take the grouped path */
+    int32_t loan_slots;        /* 0: the prompt scratch is held for good */
     void *attn_scratch;        /* attention split partials (tdm_gpu_attention), zeroed once */
     size_t attn_bytes;
 
@@ -130,6 +136,7 @@ struct tdm_forward_gpu {
      * layer from the model's expert memory, registered with the device
      * (zero-copy); the pool computes the rest (executor.h params.direct) */
     const void *reg_base;      /* host address registered, NULL: none (the share is off) */
+    size_t reg_bytes;          /* its length */
     int32_t quota_host;        /* the share in device state (TDM_GPU_HANDOFF_QUOTA) */
     /* decode prefetch (docs/EXECUTOR.md "Decode prefetch"): for a MoE layer
      * that may miss, the layer's router over the residual stream at the
@@ -168,7 +175,7 @@ struct tdm_forward_gpu {
     int32_t stream_min;        /* 0: never */
     int32_t st_chunk;          /* experts per chunk */
     int32_t st_per_layer;      /* chunks per layer at most */
-    uint8_t *st_dev[2];        /* device [st_chunk][slot] */
+    uint8_t *st_dev[2];        /* device [st_chunk][slot] (prompt scratch) */
     uint8_t *st_host[2];       /* page-locked [st_chunk][slot]; NULL with reg_base */
     int32_t *st_map;           /* device [n_layer * st_per_layer][n_expert]: slot in its chunk or -1 */
     int32_t *st_map_host;      /* host copy */
@@ -501,7 +508,6 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
         DA(xq, tdm_gpu_xq8_bytes(1, f->xq_k));
     DA(logits, (size_t)LOGIT_ROWS * hp->n_vocab * 4);
     DA(amax_scratch, tdm_gpu_argmax_scratch_bytes()); DA(next, sizeof(int32_t));
-    DA(mm_scratch, f->mm_bytes);
     DA(identity, (size_t)max64(hp->n_expert, 1) * 4);
     DA(zeros, B * 4); DA(ones, B * 4); DA(span_pos, S * 4);
     f->attn_bytes = hp->n_attn_layers ? tdm_gpu_attention_scratch_bytes(f->g, hp->n_head, hp->head_dim, f->n_ctx) : 0;
@@ -604,6 +610,7 @@ static tdm_status register_experts(tdm_forward_gpu *f, tdm_error *err)
     const void *dev;
     TRY(tdm_gpu_host_register(f->g, lo, (size_t)(hi - lo), &dev, err));
     f->reg_base = lo;
+    f->reg_bytes = (size_t)(hi - lo);
     for (int32_t il = 0; il < f->hp->n_layer; il++) {
         const tdm_layer *L = tdm_model_layer(f->m, il);
         if (L->ffn != TDM_FFN_MOE || !L->gate_exps.data)
@@ -670,6 +677,78 @@ static tdm_status alloc_prefetch(tdm_forward_gpu *f, int32_t n, tdm_error *err)
     return tdm_gpu_memset(f->g, f->pf.stage, 0xff, stage_bytes(f), err);
 }
 
+/* Scratch of the grouped prompt MoE: the largest layer's need at B tokens
+ * (0 when no batch exceeds mm_min). */
+static void size_moe_scratch(tdm_forward_gpu *f)
+{
+    size_t need = 0;
+    for (int32_t il = 0; il < f->hp->n_layer && f->B > f->mm_min; il++) {
+        const size_t b = tdm_gpu_moe_prefill_scratch_bytes(&f->L[il].moe, f->B, f->L[il].k);
+        need = b > need ? b : need;
+    }
+    f->moe_bytes = need;
+}
+
+#define SCRATCH_ALIGN 256u
+
+static size_t align_up(size_t n) { return (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN; }
+
+/* Bytes of the prompt scratch: the GEMM's, the grouped MoE's and prompt
+ * streaming's two chunks, each SCRATCH_ALIGN-aligned. */
+static size_t prompt_scratch_bytes(const tdm_forward_gpu *f)
+{
+    const size_t chunk = f->stream_min ? (size_t)f->st_chunk * tdm_expert_cache_slot_bytes_for(f->m) : 0;
+    return align_up(f->mm_bytes) + align_up(f->moe_bytes) + 2 * align_up(chunk);
+}
+
+/* Points the prompt scratch into mem (prompt_scratch_bytes of device
+ * memory, SCRATCH_ALIGN-aligned), or everything at NULL. */
+static void place_prompt_scratch(tdm_forward_gpu *f, uint8_t *mem)
+{
+    const size_t chunk = f->stream_min ? (size_t)f->st_chunk * tdm_expert_cache_slot_bytes_for(f->m) : 0;
+    f->mm_scratch = mem;
+    f->moe_scratch = mem && f->moe_bytes ? mem + align_up(f->mm_bytes) : NULL;
+    for (int b = 0; b < 2; b++)
+        f->st_dev[b] = mem && chunk ? mem + align_up(f->mm_bytes) + align_up(f->moe_bytes) + (size_t)b * align_up(chunk)
+                                    : NULL;
+}
+
+/* The prompt scratch held for good. */
+static tdm_status hold_prompt_scratch(tdm_forward_gpu *f, tdm_error *err)
+{
+    void *mem = NULL;
+    TRY(dalloc(f, prompt_scratch_bytes(f), &mem, err));
+    place_prompt_scratch(f, mem);
+    return TDM_OK;
+}
+
+/* Before the expert cache: the prompt scratch is held for good when the
+ * budget has room for it beside every slot the cache could use (and the
+ * spare ones); otherwise, when the cache will have that many, the arena's
+ * last slots are lent to each eval that uses it (borrow), so that the
+ * one-token steps, which never do, get those slots. Only with the experts'
+ * copy, which the direct share or the prefetch registers (start_hybrid): the
+ * copies back are then DMAs from it that the host does not wait for. Errs
+ * on the side of holding it: the spare slots are counted at their most. */
+static tdm_status plan_prompt_scratch(tdm_forward_gpu *f, const tdm_executor_params *xp, size_t slot,
+                                      tdm_error *err)
+{
+    const size_t pb = prompt_scratch_bytes(f);
+    const uint64_t budget = f->budget.budget, slack = (uint64_t)1 << 20; /* the prefetch's own scratch */
+    const int64_t loan = slot && pb ? (int64_t)((pb + SCRATCH_ALIGN + slot - 1) / slot) : 0,
+                  cap = xp->n_slots >= 0 ? xp->n_slots : f->budget.in.max_slots,
+                  spares = (xp->prefetch > TDM_PREFETCH_DEFAULT ? xp->prefetch : TDM_PREFETCH_DEFAULT) +
+                           f->hp->n_expert_used,
+                  room = f->bytes + slack < budget ? (int64_t)((budget - f->bytes - slack) / slot) - spares : 0;
+    const int64_t cache = room < cap ? room : cap;
+    const bool registers = tdm_model_experts_copied(f->m) && (xp->direct != 0 || xp->prefetch != 0);
+    if (registers && loan && room < cap + loan && cache >= loan) {
+        f->loan_slots = (int32_t)loan;
+        return TDM_OK;
+    }
+    return hold_prompt_scratch(f, err);
+}
+
 /* After every other allocation: the expert cache (slot arena, filled by the
  * policy), the pool with its mailbox in mapped memory, the residency mirror,
  * the hand-off descriptor and, when some experts will miss, the direct
@@ -680,6 +759,7 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     const tdm_hparams *hp = f->hp;
     const size_t slot = tdm_expert_cache_slot_bytes_for(f->m);
     const uint64_t budget = f->budget.budget;
+    TRY(plan_prompt_scratch(f, xp, slot, err));
     /* the ledger again, over the fixed part as allocated: the first plan's
      * weights and scratch were estimates (before anything was allocated);
      * the slots get what they kept back, and a fixed part over the budget
@@ -742,11 +822,15 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
         if (xp->n_slots < 0)
             p.n_slots = (int32_t)(left - spare - dspare);
     }
-    TRY(tdm_gpu_slot_device_new(f->g, slot ? slot : 64, 4, spare + dspare, &f->sdev, err));
+    TRY(tdm_gpu_slot_device_new(f->g, slot ? slot : 64, 4, spare + dspare, f->reg_base, f->reg_bytes, &f->sdev, err));
     p.prefetch = spare; /* what runs: the direct share's tuner starts from it */
     p.dev = f->sdev;
     TRY(tdm_executor_new(f->m, &p, &f->ex, err));
     tdm_expert_cache *c = tdm_executor_cache(f->ex);
+    if (f->loan_slots > tdm_expert_cache_n_slots(c)) /* plan_prompt_scratch counted on them */
+        return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: the prompt scratch needs %d slots to borrow, the cache "
+                             "has %d", f->loan_slots, tdm_expert_cache_n_slots(c));
+    f->budget.lent_slots = f->loan_slots;
     f->bytes += (size_t)tdm_expert_cache_n_slots(c) * tdm_expert_cache_slot_bytes(c); /* the arena */
     uint8_t *spares = tdm_gpu_slot_device_spare(f->sdev);
     const size_t sb = tdm_expert_cache_slot_bytes(c);
@@ -804,10 +888,10 @@ static int32_t stream_min_of(const tdm_forward_gpu *f, const tdm_executor_params
     return f->B < m || !tdm_expert_cache_slot_bytes_for(f->m) ? 0 : m;
 }
 
-/* Prompt streaming's buffers (before start_hybrid, so the arena gets what is
- * left): two device chunks and the chunk maps (the staging follows the
- * registration, stream_staging). Nothing when batches can never reach
- * stream_min. */
+/* Prompt streaming's tables (before start_hybrid, so the arena gets what is
+ * left): the chunk maps (the two device chunks are prompt scratch, the
+ * staging follows the registration, stream_staging). Nothing when batches
+ * can never reach stream_min. */
 static tdm_status alloc_stream(tdm_forward_gpu *f, const tdm_executor_params *xp, tdm_error *err)
 {
     const tdm_hparams *hp = f->hp;
@@ -817,10 +901,7 @@ static tdm_status alloc_stream(tdm_forward_gpu *f, const tdm_executor_params *xp
     const int32_t E = hp->n_expert;
     f->st_chunk = E < TDM_STREAM_CHUNK ? E : TDM_STREAM_CHUNK;
     f->st_per_layer = (E + f->st_chunk - 1) / f->st_chunk;
-    const size_t chunks = (size_t)hp->n_layer * (size_t)f->st_per_layer,
-                 bytes = (size_t)f->st_chunk * tdm_expert_cache_slot_bytes_for(f->m);
-    for (int b = 0; b < 2; b++)
-        TRY(dalloc(f, bytes, &f->st_dev[b], err));
+    const size_t chunks = (size_t)hp->n_layer * (size_t)f->st_per_layer;
     TRY(dalloc(f, chunks * (size_t)E * sizeof(int32_t), &f->st_map, err));
     f->st_map_host = malloc(chunks * (size_t)E * sizeof(int32_t));
     f->st_experts = malloc((size_t)hp->n_layer * (size_t)E * sizeof(int32_t));
@@ -843,18 +924,6 @@ static tdm_status stream_staging(tdm_forward_gpu *f, tdm_error *err)
     for (int b = 0; b < 2; b++)
         TRY(tdm_gpu_alloc_host(f->g, bytes, (void **)&f->st_host[b], err));
     return TDM_OK;
-}
-
-/* Scratch of the grouped prompt MoE: the largest layer's need at B tokens. */
-static tdm_status alloc_moe_scratch(tdm_forward_gpu *f, tdm_error *err)
-{
-    size_t need = 0;
-    for (int32_t il = 0; il < f->hp->n_layer; il++) {
-        const size_t b = tdm_gpu_moe_prefill_scratch_bytes(&f->L[il].moe, f->B, f->L[il].k);
-        need = b > need ? b : need;
-    }
-    f->moe_bytes = need;
-    return need && f->B > f->mm_min ? dalloc(f, need, &f->moe_scratch, err) : TDM_OK;
 }
 
 static tdm_status create(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
@@ -897,10 +966,10 @@ static tdm_status create(const tdm_model *m, int device, int32_t n_ctx, int32_t 
         st = up_weight(f, tdm_model_output_norm(m), &f->out_norm, err);
     if (!st)
         st = up_weight(f, tdm_model_output(m), &f->output, err);
-    if (!st)
-        st = alloc_moe_scratch(f, err);
-    if (!st && xp)
-        st = alloc_stream(f, xp, err);
+    if (!st) {
+        size_moe_scratch(f);
+        st = xp ? alloc_stream(f, xp, err) : hold_prompt_scratch(f, err);
+    }
     if (!st && xp)
         st = start_hybrid(f, xp, err);
     if (!st && xp)
@@ -1218,14 +1287,14 @@ static tdm_status stream_plan(tdm_forward_gpu *f, tdm_error *err)
  * (the prompt path) for weights of type t, rather than the fused launches. */
 static bool moe_grouped(const tdm_forward_gpu *f, int32_t n, tdm_qtype t)
 {
-    return n > f->mm_min && f->moe_scratch && t != TDM_Q_F32;
+    return n > f->mm_min && f->moe_bytes && t != TDM_Q_F32;
 }
 
 /* Whether a hybrid batch of n tokens reads the direct share: fused launches,
  * not streaming, registered memory. */
 static bool direct_batch(const tdm_forward_gpu *f, int32_t n)
 {
-    return f->reg_base && !f->streaming && (n <= f->mm_min || !f->moe_scratch);
+    return f->reg_base && !f->streaming && (n <= f->mm_min || !f->moe_bytes);
 }
 
 /* Layer il's routed experts: the fused kernels (or the grouped prompt path)
@@ -1651,6 +1720,22 @@ static bool decode_graph(tdm_forward_gpu *f, int32_t pos0, float *logits, tdm_st
     return true;
 }
 
+/* An eval of n tokens that uses the prompt scratch (a batch of more than
+ * mm_min tokens, or a streaming one) borrows it from the expert cache when
+ * it is not held (loan_slots): the lent slots' experts miss until their
+ * copies back land (finish). */
+static tdm_status borrow(tdm_forward_gpu *f, int32_t n, tdm_error *err)
+{
+    if (!f->loan_slots || (n <= f->mm_min && !(f->stream_min && n >= f->stream_min)))
+        return TDM_OK;
+    void *mem = NULL;
+    TRY(tdm_expert_cache_lend(tdm_executor_cache(f->ex), f->loan_slots, &mem, err));
+    /* the slot boundary is 64-byte aligned: the scratch starts at the next SCRATCH_ALIGN */
+    const uintptr_t a = ((uintptr_t)mem + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
+    place_prompt_scratch(f, (uint8_t *)a);
+    return TDM_OK;
+}
+
 /* logits NULL and greedy: the choice after the last token lands in host_next. */
 static tdm_status eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
                        bool logits_all, bool greedy, tdm_error *err)
@@ -1672,6 +1757,7 @@ static tdm_status eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int
             return st ? st : step_end(f, 1, direct_batch(f, 1), err);
         TRY(tdm_gpu_sync(f->g, err)); /* the step runs eagerly below: its embed rewrites hx */
     }
+    TRY(borrow(f, n, err));
     for (int32_t b0 = 0, nb; b0 < n; b0 += nb) {
         /* a streaming prompt: spans of up to S tokens; otherwise batches of B */
         const int32_t left = n - b0, cap = f->ex && f->stream_min && left >= f->stream_min ? f->S : f->B;
@@ -1683,27 +1769,40 @@ static tdm_status eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int
     return TDM_OK;
 }
 
-/* A failed step's queued copies finish before the caller (or the next eval)
- * touches their memory. */
-static tdm_status finish(tdm_forward_gpu *f, tdm_status st)
+/* After an eval: a failed step's queued copies finish before the caller (or
+ * the next eval) touches their memory; then a borrowed prompt scratch goes
+ * back: its slots' experts are copied in again (every step ended
+ * synchronised, so nothing reads the scratch any more), DMAs the eval does
+ * not wait for; they are published once landed (hybrid_begin), missing
+ * until then. */
+static tdm_status finish(tdm_forward_gpu *f, tdm_status st, tdm_error *err)
 {
     if (st) {
         tdm_error e = {0};
         (void)tdm_gpu_sync(f->g, &e);
     }
-    return st;
+    if (!f->loan_slots || !tdm_expert_cache_lent(tdm_executor_cache(f->ex)))
+        return st;
+    place_prompt_scratch(f, NULL);
+    tdm_error e2 = {0};
+    tdm_expert_cache *c = tdm_executor_cache(f->ex);
+    const tdm_status sr = tdm_expert_cache_reclaim(c, st ? &e2 : err);
+    return st ? st : sr;
 }
 
 tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
                                 bool logits_all, tdm_error *err)
 {
-    return finish(f, eval(f, tokens, n, pos0, logits, logits_all, false, err));
+    return finish(f, eval(f, tokens, n, pos0, logits, logits_all, false, err), err);
 }
 
 tdm_status tdm_forward_gpu_eval_greedy(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0,
                                        int32_t *next, tdm_error *err)
 {
-    TRY(finish(f, eval(f, tokens, n, pos0, NULL, false, true, err)));
+    TRY(finish(f, eval(f, tokens, n, pos0, NULL, false, true, err), err));
     *next = *f->host_next;
     return TDM_OK;
 }
+
+int32_t tdm_forward_gpu_loan_slots(const tdm_forward_gpu *f) { return f->loan_slots; }
+size_t tdm_forward_gpu_prompt_scratch_bytes(const tdm_forward_gpu *f) { return prompt_scratch_bytes(f); }

@@ -92,14 +92,24 @@ void tdm_forward_gpu_free(tdm_forward_gpu *f);
  * an adapted one is then off). With that memory registered, decode steps
  * also prefetch (xp->prefetch spare slots, taken from the budget's): each
  * layer's predicted misses are read into them while the GPU runs the layer
- * (or the one before). xp->max_batch / n_ctx / dev / mem_* / prefetch (the
- * count that runs) are set here. */
+ * (or the one before). The prompt scratch (the GEMM's, the grouped MoE's,
+ * the two streaming chunks), which one-token steps never use, is held only
+ * when the budget has room for it beside every slot the cache could use;
+ * otherwise a prompt eval borrows the arena's last slots for it and copies
+ * their experts back afterwards (tdm_expert_cache_lend; DMAs from the
+ * experts' registered copy, so only when the direct share or the prefetch
+ * registers it); they miss until those copies land. xp->max_batch / n_ctx / dev / mem_* / prefetch (the count
+ * that runs) are set here. */
 tdm_status tdm_forward_gpu_new_hybrid(const tdm_model *m, int device, int32_t n_ctx, int32_t max_batch,
                                       const tdm_executor_params *xp, tdm_forward_gpu **out, tdm_error *err);
 /* The executor (statistics, cache, pool) of a hybrid forward; NULL otherwise. */
 tdm_executor *tdm_forward_gpu_executor(tdm_forward_gpu *f);
 /* The budget plan of a hybrid forward; NULL otherwise. */
 const tdm_budget *tdm_forward_gpu_budget(const tdm_forward_gpu *f);
+/* The prompt scratch: its bytes, and the slots a prompt eval borrows for it
+ * (0: it is held for good, within tdm_forward_gpu_bytes). */
+size_t tdm_forward_gpu_prompt_scratch_bytes(const tdm_forward_gpu *f);
+int32_t tdm_forward_gpu_loan_slots(const tdm_forward_gpu *f);
 
 /* Device bytes held (weights, state, scratch) and the weights alone. */
 size_t tdm_forward_gpu_bytes(const tdm_forward_gpu *f);

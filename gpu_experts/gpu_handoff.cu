@@ -466,11 +466,14 @@ typedef struct slot_device {
     size_t slot_bytes;
     int spare;             /* slots added after every arena */
     uint8_t *spare_at;     /* those of the last arena */
+    const uint8_t *direct; /* registered host memory copies DMA from, NULL: none */
+    size_t direct_bytes;
+    cudaEvent_t direct_done; /* the latest such copy */
     int n_stage, next;
     uint8_t **stage;       /* [n_stage] page-locked, slot_bytes each */
     cudaEvent_t *done;     /* [n_stage] the copy out of each buffer */
     bool *used;            /* [n_stage] an event was recorded */
-    int last;              /* buffer of the latest copy, -1 before the first */
+    cudaEvent_t last;      /* the latest copy's event, NULL before the first */
 } slot_device;
 
 static tdm_status sd_alloc(void *ctx, size_t bytes, void **arena, tdm_error *err)
@@ -496,8 +499,20 @@ static tdm_status sd_copy(void *ctx, void *arena, size_t offset, int n, const vo
 {
     slot_device *s = (slot_device *)ctx;
     size_t total = 0;
-    for (int i = 0; i < n; i++)
+    bool direct = s->direct != NULL;
+    for (int i = 0; i < n; i++) {
         total += bytes[i];
+        const uint8_t *p = (const uint8_t *)src[i];
+        direct = direct && p >= s->direct && bytes[i] <= s->direct_bytes && (size_t)(p - s->direct) <= s->direct_bytes - bytes[i];
+    }
+    if (direct) {
+        for (size_t i = 0, off = offset; i < (size_t)n; off += bytes[i], i++)
+            TDM_CU(err, cudaMemcpyAsync((uint8_t *)arena + off, src[i], bytes[i], cudaMemcpyHostToDevice,
+                                        s->g->copy_stream));
+        TDM_CU(err, cudaEventRecord(s->direct_done, s->g->copy_stream));
+        s->last = s->direct_done;
+        return TDM_OK;
+    }
     TDM_REQUIRE(err, total <= s->slot_bytes, "slot copy: %zu bytes exceed the %zu-byte staging buffer", total,
                 s->slot_bytes);
     const int b = s->next;
@@ -513,7 +528,7 @@ static tdm_status sd_copy(void *ctx, void *arena, size_t offset, int n, const vo
                                 s->g->copy_stream));
     TDM_CU(err, cudaEventRecord(s->done[b], s->g->copy_stream));
     s->used[b] = true;
-    s->last = b;
+    s->last = s->done[b];
     return TDM_OK;
 }
 
@@ -526,9 +541,9 @@ static tdm_status sd_sync(void *ctx, tdm_error *err)
 static bool sd_poll(void *ctx)
 {
     slot_device *s = (slot_device *)ctx;
-    if (s->last < 0)
+    if (!s->last)
         return true;
-    cudaError_t e = cudaEventQuery(s->done[s->last]);
+    cudaError_t e = cudaEventQuery(s->last);
     if (e == cudaErrorNotReady)
         return false;
     (void)cudaGetLastError();
@@ -542,6 +557,8 @@ extern "C" void tdm_gpu_slot_device_free(tdm_expert_device *d)
     slot_device *s = (slot_device *)d;
     if (s->g)
         (void)cudaStreamSynchronize(s->g->copy_stream);
+    if (s->direct_done)
+        cudaEventDestroy(s->direct_done);
     for (int i = 0; i < s->n_stage; i++) {
         if (s->done && s->done[i])
             cudaEventDestroy(s->done[i]);
@@ -555,7 +572,8 @@ extern "C" void tdm_gpu_slot_device_free(tdm_expert_device *d)
 }
 
 extern "C" tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, int spare,
-                                              tdm_expert_device **out, tdm_error *err)
+                                              const void *direct, size_t direct_bytes, tdm_expert_device **out,
+                                              tdm_error *err)
 {
     *out = NULL;
     TDM_REQUIRE(err, staging >= 1 && slot_bytes > 0 && spare >= 0,
@@ -568,11 +586,17 @@ extern "C" tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int
     s->slot_bytes = slot_bytes;
     s->spare = spare;
     s->n_stage = staging;
-    s->last = -1;
+    s->direct = (const uint8_t *)direct;
+    s->direct_bytes = direct ? direct_bytes : 0;
     s->stage = (uint8_t **)calloc((size_t)staging, sizeof *s->stage);
     s->done = (cudaEvent_t *)calloc((size_t)staging, sizeof *s->done);
     s->used = (bool *)calloc((size_t)staging, sizeof *s->used);
     tdm_status st = s->stage && s->done && s->used ? TDM_OK : tdm_error_set(err, TDM_ERR_OOM, "slot device");
+    if (!st && direct) {
+        cudaError_t e = cudaEventCreateWithFlags(&s->direct_done, cudaEventDisableTiming);
+        if (e != cudaSuccess)
+            st = tdm_gpu_cuda_fail(err, e, "cudaEventCreateWithFlags", __FILE__, __LINE__);
+    }
     for (int i = 0; i < staging && !st; i++) {
         st = tdm_gpu_alloc_host(g, slot_bytes, (void **)&s->stage[i], err);
         cudaError_t e = st ? cudaSuccess : cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming);

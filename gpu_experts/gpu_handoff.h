@@ -197,11 +197,15 @@ tdm_status tdm_gpu_copy_rows_async(tdm_gpu *g, void *dst, size_t dpitch, const v
                                    size_t width, size_t rows, tdm_error *err);
 
 /* The expert-slot device: `staging` page-locked buffers of slot_bytes each
- * (>= 1) rotate for the copies; every arena it allocates has `spare` more
- * slots after the bytes the cache asks for (the decode prefetch's). *out is owned by the caller and freed with
- * tdm_gpu_slot_device_free (after the cache that uses it). */
-tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, int spare,
-                                   tdm_expert_device **out, tdm_error *err);
+ * (>= 1) rotate for the copies; a copy whose sources all lie in the
+ * `direct_bytes` of host memory at `direct` (registered with the device,
+ * tdm_gpu_host_register; NULL: none) is a DMA from there instead, without
+ * the staging or the host waiting. Every arena it allocates has `spare` more
+ * slots after the bytes the cache asks for (the decode prefetch's). *out is
+ * owned by the caller and freed with tdm_gpu_slot_device_free (after the
+ * cache that uses it). */
+tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, int spare, const void *direct,
+                                   size_t direct_bytes, tdm_expert_device **out, tdm_error *err);
 void tdm_gpu_slot_device_free(tdm_expert_device *d);
 /* The spare slots after the last arena d allocated (NULL before the first,
  * or without spare slots); owned by d's arena. */

@@ -66,10 +66,10 @@ tdm_status tdm_gpu_direct_stage(tdm_gpu *g, const tdm_gpu_prefetch *p, int32_t l
     return no_cuda(err, "gpu direct stage");
 }
 
-tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, int spare,
-                                   tdm_expert_device **out, tdm_error *err)
+tdm_status tdm_gpu_slot_device_new(tdm_gpu *g, size_t slot_bytes, int staging, int spare, const void *direct,
+                                   size_t direct_bytes, tdm_expert_device **out, tdm_error *err)
 {
-    (void)g, (void)slot_bytes, (void)staging, (void)spare;
+    (void)g, (void)slot_bytes, (void)staging, (void)spare, (void)direct, (void)direct_bytes;
     *out = NULL;
     return no_cuda(err, "slot device");
 }

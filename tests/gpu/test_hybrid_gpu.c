@@ -18,11 +18,16 @@
  *    slots, pool jobs = layer calls with a miss;
  *  - adaptive policy on the demo model: slot copies run on the copy stream
  *    during decode (swaps > 0) without changing the bounds;
- *  - greedy on the device: every case whose split does not adapt replays
+ *  - greedy on the device: every case whose split does not adapt and that
+ *    borrows no slots replays
  *    its path with tdm_forward_gpu_eval_greedy, and each choice is the
  *    argmax of the logits the path gave;
  *  - pool of 1 thread and of every core; a budget below the fixed part is
  *    refused with TDM_ERR_OOM; a budget that leaves 0 slots runs;
+ *  - a budget with room for the experts but not also the prompt scratch:
+ *    the prompt borrows the arena's last slots (test_prompt_loan), as a pool
+ *    batch, streamed, with the direct share and with the adaptive policy;
+ *    the same bounds, each lent slot copied back once;
  *  - the direct share (a fixed 2 or 3 misses per layer launch, more than
  *    there are, and adapted): decode launches read those misses from the
  *    model's registered expert memory, the pool computes the rest; the same
@@ -65,7 +70,7 @@
 #include "topology.h"
 
 
-enum { FULL = -2, HALF = -3 }; /* slot counts resolved per model */
+enum { FULL = -2, HALF = -3, LOAN = -4 }; /* slot counts resolved per model; LOAN: as gpu_mem leaves */
 
 typedef struct hyb_case {
     int32_t slots;  /* 0, HALF or FULL */
@@ -76,6 +81,7 @@ typedef struct hyb_case {
     int32_t direct;     /* the direct share (executor.h): 0 off, N, -1 adapted */
     int32_t prefetch;   /* decode prefetch slots (executor.h): 0 off */
     int32_t max_batch;  /* 0: 512 */
+    uint64_t gpu_mem;   /* LOAN's budget in bytes */
 } hyb_case;
 
 static int32_t batch_of(const hyb_case *hc) { return hc->max_batch ? hc->max_batch : 512; }
@@ -143,7 +149,8 @@ static tdm_forward_gpu *open_hybrid(const tdm_model *m, int n_ctx, const hyb_cas
     const int32_t all = moe_layers(m) * hp->n_expert;
     tdm_executor_params xp;
     tdm_executor_params_init(&xp);
-    xp.n_slots = hc->slots == FULL ? all : hc->slots == HALF ? all / 2 : hc->slots;
+    xp.n_slots = hc->slots == FULL ? all : hc->slots == HALF ? all / 2 : hc->slots == LOAN ? -1 : hc->slots;
+    xp.gpu_mem = hc->slots == LOAN ? hc->gpu_mem : 0;
     xp.n_threads = hc->threads;
     xp.policy = hc->policy;
     xp.adapt_every = hc->adapt_every;
@@ -202,6 +209,7 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
     run_path(f, tok, np, n, h, V);
     tdm_executor_stats s;
     tdm_executor_get_stats(tdm_forward_gpu_executor(f), &s);
+    const int32_t lent = tdm_forward_gpu_loan_slots(f); /* the prompt borrowed them, its experts missing */
     tdm_pool_stats ps;
     tdm_pool_get_stats(tdm_executor_pool(tdm_forward_gpu_executor(f)), &ps);
     const double rel = fx_rel_l2(h, b->gpu, (size_t)n * V), kl = fx_mean_kl(b->gpu, h, n, V);
@@ -210,11 +218,11 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
     const int64_t sel = s.hits + s.misses;
     printf("  %-10s %5d slots, pool %2d threads: rel L2 %.2e KL %.2e (cpu forward %.2e) top-1 %.4f (cpu %.4f) | "
            "hit %.1f%% jobs %lld/%lld streamed %lld (%.1f MB) direct %lld (share %d) prefetched %lld/%lld warm-ups "
-           "%lld swaps %lld | gpu %.3f wait %.3f pool %.3f ms/token\n",
+           "%lld swaps %lld lent %d | gpu %.3f wait %.3f pool %.3f ms/token\n",
            name, s.n_slots, s.pool_threads, rel, kl, kl_cpu, top1, top1_cpu,
            sel ? 100.0 * (double)s.hits / (double)sel : 0.0, (long long)s.pool_wakes, (long long)s.layers,
            (long long)s.streamed_layers, (double)s.stream_bytes / 1e6, (long long)s.direct, s.direct_quota,
-           (long long)s.prefetched, (long long)s.prefetch_staged, (long long)s.warms, (long long)s.swaps,
+           (long long)s.prefetched, (long long)s.prefetch_staged, (long long)s.warms, (long long)s.swaps, lent,
            s.dev_ms / (double)s.tokens, s.wait_ms / (double)s.tokens, s.pool_ms / (double)s.tokens);
     /* counters */
     assert_int_equal(s.tokens, n);
@@ -249,13 +257,20 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
         int32_t batches;
         const int64_t spans = streamed_spans(hc, np, n + 1, &batches);
         assert_int_equal(s.streamed_layers, (int64_t)batches * moe_layers(m));
-        assert_int_equal(s.stream_bytes, (uint64_t)spans * ((uint64_t)moe_layers(m) * hp->n_expert - s.n_slots) *
+        assert_int_equal(s.stream_bytes, (uint64_t)spans *
+                                             ((uint64_t)moe_layers(m) * hp->n_expert - s.n_slots + lent) *
                                              tdm_expert_cache_slot_bytes_for(m));
         /* with the registered copy (the share's or the prefetch's) the DMA reads it: the pool copies nothing */
         const bool registered = hc->direct != 0 || hc->prefetch != 0;
         assert_true((ps.copies > 0) == (s.stream_bytes > 0 && !registered));
     } else
         assert_int_equal(s.streamed_layers, 0);
+    /* a loan: the prompt borrowed the arena's last slots, every one copied back after it */
+    if (hc->slots == LOAN)
+        assert_true(lent > 0 && s.loans == 1);
+    else
+        assert_int_equal(s.loans, 0);
+    assert_int_equal(s.bytes_reclaimed, (uint64_t)s.loans * (uint64_t)lent * s.slot_bytes);
     /* numbers */
     for (size_t i = 0; i < (size_t)n * V; i++)
         assert_true(isfinite(h[i]));
@@ -269,7 +284,7 @@ static void check_case(const char *name, tdm_model *m, const int32_t *tok, int n
     }
     if (hc->policy == TDM_CACHE_ADAPTIVE)
         assert_true(s.swaps > 0);
-    else if (hc->direct >= 0)
+    else if (hc->direct >= 0 && hc->slots != LOAN) /* a loan's copies back land when they land */
         check_greedy_replay(f, tok, np, n, h, V);
     tdm_forward_gpu_free(f);
     free(h);
@@ -741,6 +756,50 @@ static void test_demo(void **state)
     cJSON_Delete(pg);
 }
 
+/* A budget that has room for every expert but not also for the prompt
+ * scratch: the prompt borrows the arena's last slots for it (their experts
+ * miss meanwhile, the pool or the stream computes them) and copies them back
+ * before it returns; decode steps run on the whole cache. The prompt as a
+ * pool batch, streamed, and with the direct share and the adaptive policy. */
+static void test_prompt_loan(void **state)
+{
+    (void)state;
+    gm_need_gpu();
+    cJSON *pg = NULL;
+    tdm_model *m = gm_demo(&pg);
+    tdm_error err = {0};
+    assert_int_equal(tdm_model_copy_experts(m, NULL, &err), TDM_OK); /* the copies back read it */
+    /* the first case's prompt and greedy tokens: all but the last 8 as the
+     * prompt batch (longer than a matvec batch), those 8 as decode steps */
+    const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(pg, "cases"), 0);
+    int32_t tok[1024];
+    const int n0 = fx_ints(cJSON_GetObjectItem(c, "prompt_tokens"), tok, 512);
+    const int n = n0 + fx_ints(cJSON_GetObjectItem(c, "greedy_tokens"), tok + n0, 512) - 1, np = n - 8;
+    assert_true(np > TDM_GPU_MATVEC_MAX_TOK);
+    baseline b = make_baseline(m, tok, np, n, tdm_model_hparams(m)->n_vocab);
+    /* the budget: what the forward holds with every expert cached, less its
+     * prompt scratch and an eighth of the experts */
+    const int32_t all = moe_layers(m) * tdm_model_hparams(m)->n_expert;
+    const hyb_case held = {FULL, 1, -1, 0, -1, 0, 2};
+    tdm_forward_gpu *f = open_hybrid(m, n + 1, &held, NULL);
+    assert_int_equal(tdm_forward_gpu_loan_slots(f), 0);
+    const uint64_t budget = tdm_forward_gpu_bytes(f) - tdm_forward_gpu_prompt_scratch_bytes(f) -
+                            (uint64_t)(all / 8) * tdm_expert_cache_slot_bytes_for(m);
+    printf("  held: %.2f MiB with %.2f MiB of prompt scratch; budget %.2f MiB\n",
+           (double)tdm_forward_gpu_bytes(f) / 1048576.0, (double)tdm_forward_gpu_prompt_scratch_bytes(f) / 1048576.0,
+           (double)budget / 1048576.0);
+    tdm_forward_gpu_free(f);
+    const hyb_case cases[] = {{LOAN, 1, -1, 0, -1, 0, 2, 0, budget},
+                              {LOAN, 1, -1, 0, 2, 0, 2, 0, budget},
+                              {LOAN, 1, -1, 0, -1, -1, 2, 0, budget},
+                              {LOAN, 1, TDM_CACHE_ADAPTIVE, 4, -1, -1, 2, 0, budget}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_case("loan", m, tok, np, n, &b, &cases[i], false, NULL);
+    free_baseline(&b);
+    tdm_model_free(m);
+    cJSON_Delete(pg);
+}
+
 /* A budget below the non-expert part is refused before anything runs; one
  * just above it leaves few or no slots and still runs, and the forward's
  * ledger then holds the fixed part as allocated, to the byte. */
@@ -797,6 +856,7 @@ int main(void)
         cmocka_unit_test(test_micro_qwen3moe), cmocka_unit_test(test_micro_qwen35moe),
         cmocka_unit_test(test_micro_qwen3next), cmocka_unit_test(test_small_q4km),
         cmocka_unit_test(test_demo),           cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_prompt_loan),
         cmocka_unit_test(test_direct_needs_copy), cmocka_unit_test(test_prefetch_kernels),
     };
     gm_filter();

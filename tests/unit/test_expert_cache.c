@@ -1,5 +1,6 @@
 /* test_expert_cache: slot layout and contents against the file, the fill
- * order, swaps executed as copies, the device table, the budget ledger's
+ * order, swaps executed as copies, slots lent and reclaimed, the device
+ * table, the budget ledger's
  * arithmetic on hand-computed cases and its refusal message. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -216,6 +217,91 @@ static void test_deferred_publish(void **state)
     alarm(0);
 }
 
+/* Lent slots: their experts unpublished at once and their memory handed
+ * out; swaps the policy plans into them meanwhile copy nothing; reclaim
+ * copies back whatever the policy holds there, published once landed. */
+static void test_lend_reclaim(void **state)
+{
+    (void)state;
+    alarm(120);
+    tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    counting cnt = {0};
+    tdm_expert_device dev = {"async", &cnt, c_alloc, c_free, c_copy, c_sync, c_poll};
+    const int32_t E = hp->n_expert, ns = E + 3, lend = 4, first = ns - lend;
+    const int32_t l2 = hp->n_layer > 2 ? 2 : 1; /* the fill's second layer: slots E .. E + 2 */
+    tdm_cache_params cp;
+    tdm_cache_params_init(&cp, TDM_CACHE_ADAPTIVE, hp->n_layer, E, hp->n_expert_used, ns);
+    cp.adapt_every = 1;
+    tdm_expert_cache *c;
+    tdm_error err = {0};
+    landed = false;
+    assert_int_equal(tdm_expert_cache_new(m, &cp, &dev, &c, &err), TDM_OK);
+    const size_t sb = tdm_expert_cache_slot_bytes(c);
+    void *mem = NULL;
+    assert_int_equal(tdm_expert_cache_lend(c, 0, &mem, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_expert_cache_lend(c, ns + 1, &mem, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_expert_cache_lent(c), 0);
+    int32_t ids[64], n = 0; /* experts of layer l2 the fill left out */
+    for (int32_t e = 0; e < E && n < hp->n_expert_used; e++)
+        if (tdm_expert_cache_slot(c, l2, e) < 0)
+            ids[n++] = e;
+    const uint64_t v0 = tdm_expert_cache_version(c);
+    assert_int_equal(tdm_expert_cache_lend(c, lend, &mem, &err), TDM_OK);
+    assert_ptr_equal(mem, (const uint8_t *)tdm_expert_cache_arena(c) + (size_t)first * sb);
+    assert_int_equal(tdm_expert_cache_lent(c), lend);
+    assert_true(tdm_expert_cache_version(c) > v0);
+    void *again = NULL;
+    assert_int_equal(tdm_expert_cache_lend(c, 1, &again, &err), TDM_ERR_INVALID);
+    memset(mem, 0xa5, (size_t)lend * sb); /* the borrower's data */
+    const int32_t *res = tdm_expert_cache_residency(c);
+    int resident = 0;
+    for (int32_t i = 0; i < hp->n_layer * E; i++) {
+        assert_true(res[i] < first);
+        resident += res[i] >= 0;
+    }
+    assert_int_equal(resident, first);
+    /* the policy swaps inside layer l2, whose slots are all lent: no copies */
+    const int copies = cnt.copies;
+    tdm_expert_cache_stats st = {0};
+    for (int64_t t = 0; t < 8 && st.swaps == 0; t++) {
+        assert_int_equal(tdm_expert_cache_record(c, t, l2, ids, n, &err), TDM_OK);
+        tdm_expert_cache_get_stats(c, &st);
+    }
+    assert_true(st.swaps > 0);
+    assert_int_equal(cnt.copies, copies);
+    for (int32_t i = 0; i < hp->n_layer * E; i++)
+        assert_true(res[i] < first);
+    for (size_t i = 0; i < (size_t)lend * sb; i++)
+        assert_int_equal(((const uint8_t *)mem)[i], 0xa5);
+    /* reclaim: one copy per lent slot, published when landed */
+    assert_int_equal(tdm_expert_cache_reclaim(c, &err), TDM_OK);
+    assert_int_equal(tdm_expert_cache_lent(c), 0);
+    assert_int_equal(cnt.copies, copies + lend);
+    assert_int_equal(tdm_expert_cache_pending(c), lend);
+    for (int32_t i = 0; i < hp->n_layer * E; i++)
+        assert_true(res[i] < first);
+    landed = true;
+    assert_int_equal(tdm_expert_cache_settle(c, false, &err), TDM_OK);
+    resident = 0;
+    for (int32_t i = 0; i < hp->n_layer * E; i++)
+        resident += res[i] >= 0;
+    assert_int_equal(resident, ns);
+    int swapped_in = 0;
+    for (int32_t i = 0; i < n; i++)
+        swapped_in += tdm_expert_cache_slot(c, l2, ids[i]) >= first;
+    assert_true(swapped_in > 0);
+    check_contents(m, c); /* the lent slots hold the file's bytes again */
+    tdm_expert_cache_get_stats(c, &st);
+    assert_int_equal(st.loans, 1);
+    assert_int_equal(st.bytes_reclaimed, (uint64_t)lend * sb);
+    assert_int_equal(tdm_expert_cache_reclaim(c, &err), TDM_OK); /* nothing lent: nothing to do */
+    assert_int_equal(cnt.copies, copies + lend);
+    tdm_expert_cache_free(c);
+    tdm_model_free(m);
+    alarm(0);
+}
+
 static void test_ledger_arithmetic(void **state)
 {
     (void)state;
@@ -306,6 +392,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fill_and_swaps),
         cmocka_unit_test(test_deferred_publish),
+        cmocka_unit_test(test_lend_reclaim),
         cmocka_unit_test(test_ledger_arithmetic),
         cmocka_unit_test(test_ledger_inputs),
     };
