@@ -23,10 +23,15 @@ static __attribute__((unused)) bool gm_sanitized(void) { return getenv("TDM_SANI
  * even with them excluded by name), and the broken context then fails every
  * later test: under racecheck a forward takes the matvec path for every batch
  * (our kernels only; memcheck and the plain run cover the GEMM path). */
-static __attribute__((unused)) void gm_race_safe(tdm_forward_gpu *f)
+static __attribute__((unused)) bool gm_racecheck(void)
 {
     const char *san = getenv("TDM_SANITIZER");
-    if (f && san && !strcmp(san, "racecheck"))
+    return san && !strcmp(san, "racecheck");
+}
+
+static __attribute__((unused)) void gm_race_safe(tdm_forward_gpu *f)
+{
+    if (f && gm_racecheck())
         tdm_forward_gpu_set_matmul_min(f, 1 << 30);
 }
 
