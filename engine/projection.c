@@ -9,7 +9,6 @@
 
 #include "projection.h"
 
-#include "expert_cache.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -430,10 +429,9 @@ uint64_t tdm_proj_resident_bytes(const tdm_proj_model *m)
 
 uint64_t tdm_proj_reserve_bytes(const tdm_proj_model *m, int32_t n_ctx)
 {
-    /* the ledger's prompt-streaming chunks (expert_cache.h) */
-    const uint64_t chunk = (uint64_t)(m->n_expert < TDM_STREAM_CHUNK ? m->n_expert : TDM_STREAM_CHUNK);
-    return m->kv_bytes_per_ctx * (uint64_t)(n_ctx > 0 ? n_ctx : 0) + m->state_bytes + 2 * chunk * m->slot_bytes +
-           TDM_PROJ_OVERHEAD_BYTES;
+    /* no prompt scratch: when the budget is short the GPU forward borrows it
+     * from the expert arena (forward_gpu.h) */
+    return m->kv_bytes_per_ctx * (uint64_t)(n_ctx > 0 ? n_ctx : 0) + m->state_bytes + TDM_PROJ_OVERHEAD_BYTES;
 }
 
 /* ------------------------------------------------------------------ */

@@ -83,8 +83,9 @@ uint64_t tdm_proj_dense_bytes(const tdm_proj_model *m);
 /* Non-expert weights the GPU keeps in VRAM: attn + shexp + head (+ the
  * embedding table when the output is tied to it). */
 uint64_t tdm_proj_resident_bytes(const tdm_proj_model *m);
-/* KV at n_ctx + recurrent state + the two prompt-streaming chunks of the
- * ledger (2 x min(TDM_STREAM_CHUNK, n_expert) slots) + TDM_PROJ_OVERHEAD_BYTES. */
+/* KV at n_ctx + recurrent state + TDM_PROJ_OVERHEAD_BYTES (the prompt
+ * scratch, streaming chunks included, is lent by the slots when the budget
+ * is short: forward_gpu.h). */
 uint64_t tdm_proj_reserve_bytes(const tdm_proj_model *m, int32_t n_ctx);
 
 /* Accounting from an open GGUF (qwen3moe, qwen3next, qwen35moe or any file

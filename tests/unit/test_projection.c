@@ -629,7 +629,7 @@ static const char VALFILE[] =
     "   \"gpu_mem_gib\": 8, \"fill\": \"profile\", \"hit_rate\": 0.25, \"dram_gbps\": null,\n"
     "   \"projected_slots\": null}],\n"
     " \"validation\": {\"efficiency\": 0.6, \"efficiency_source\": \"pool\", \"vram_gbps\": 4000,\n"
-    "  \"latency_us\": 10, \"reserve_bytes\": 745078784, \"hit_curve\": \"zipf s=0.50\"}}\n";
+    "  \"latency_us\": 10, \"reserve_bytes\": 614531072, \"hit_curve\": \"zipf s=0.50\"}}\n";
 
 static void write_text(const char *path, const char *text)
 {
@@ -667,7 +667,7 @@ static void test_valfile(void **state)
     assert_float_equal(v.vram_efficiency, 1, 0); /* absent: what --validate used */
     assert_float_equal(v.efficiency, 0.6, 0);
     assert_float_equal(v.latency_us, 10, 0);
-    assert_int_equal(v.reserve_bytes, 745078784);
+    assert_int_equal(v.reserve_bytes, 614531072);
     assert_string_equal(v.hit_curve, "zipf s=0.50");
     assert_int_equal(v.n_runs, 2);
     const tdm_proj_valrun *r = &v.runs[0];
