@@ -222,6 +222,20 @@ void tdm_expert_cache_count(tdm_expert_cache *c, int32_t il, int64_t hits, int64
     c->misses[il] += misses;
 }
 
+/* Copies the expert at published index pi (layer * n_expert + expert) into
+ * slot and lists it as pending (published once landed, settle). */
+static tdm_status load_pending(tdm_expert_cache *c, int32_t slot, int32_t pi, tdm_error *err)
+{
+    tdm_status st = load_slot(c, slot, pi / c->n_expert, pi % c->n_expert, err);
+    if (st)
+        return st;
+    /* a full list (a slot reloaded while pending): wait rather than grow it */
+    if (c->n_pend == c->n_slots && (st = tdm_expert_cache_settle(c, true, err)))
+        return st;
+    c->pend[c->n_pend++] = pi;
+    return TDM_OK;
+}
+
 tdm_status tdm_expert_cache_record(tdm_expert_cache *c, int64_t token, int32_t il, const int32_t *ids, int32_t n,
                                    tdm_error *err)
 {
@@ -239,13 +253,8 @@ tdm_status tdm_expert_cache_record(tdm_expert_cache *c, int64_t token, int32_t i
         c->swaps++;
         if (sw[i].slot >= c->n_slots - c->lent)
             continue; /* a lent slot: tdm_expert_cache_reclaim loads what the policy put there */
-        st = load_slot(c, sw[i].slot, sw[i].load_layer, sw[i].load_expert, err);
-        if (st)
+        if ((st = load_pending(c, sw[i].slot, load, err)))
             return st;
-        /* a full list (a slot reloaded while pending): wait rather than grow it */
-        if (c->n_pend == c->n_slots && (st = tdm_expert_cache_settle(c, true, err)))
-            return st;
-        c->pend[c->n_pend++] = load;
         c->bytes_moved += c->slot_bytes;
     }
     /* A synchronous device publishes at once (the host emulation, tests). */
@@ -284,12 +293,9 @@ tdm_status tdm_expert_cache_reclaim(tdm_expert_cache *c, tdm_error *err)
     for (int32_t i = 0; i < c->n_layer * c->n_expert; i++) {
         if (res[i] < first)
             continue;
-        tdm_status st = load_slot(c, res[i], i / c->n_expert, i % c->n_expert, err);
+        tdm_status st = load_pending(c, res[i], i, err);
         if (st)
             return st;
-        if (c->n_pend == c->n_slots && (st = tdm_expert_cache_settle(c, true, err)))
-            return st;
-        c->pend[c->n_pend++] = i;
         c->bytes_reclaimed += c->slot_bytes;
     }
     return tdm_expert_cache_settle(c, !c->dev->poll, err);

@@ -734,15 +734,17 @@ static tdm_status plan_prompt_scratch(tdm_forward_gpu *f, const tdm_executor_par
                                       tdm_error *err)
 {
     const size_t pb = prompt_scratch_bytes(f);
+    if (!slot || !pb)
+        return hold_prompt_scratch(f, err);
     const uint64_t budget = f->budget.budget, slack = (uint64_t)1 << 20; /* the prefetch's own scratch */
-    const int64_t loan = slot && pb ? (int64_t)((pb + SCRATCH_ALIGN + slot - 1) / slot) : 0,
+    const int64_t loan = (int64_t)((pb + SCRATCH_ALIGN + slot - 1) / slot),
                   cap = xp->n_slots >= 0 ? xp->n_slots : f->budget.in.max_slots,
                   spares = (xp->prefetch > TDM_PREFETCH_DEFAULT ? xp->prefetch : TDM_PREFETCH_DEFAULT) +
                            f->hp->n_expert_used,
                   room = f->bytes + slack < budget ? (int64_t)((budget - f->bytes - slack) / slot) - spares : 0;
     const int64_t cache = room < cap ? room : cap;
     const bool registers = tdm_model_experts_copied(f->m) && (xp->direct != 0 || xp->prefetch != 0);
-    if (registers && loan && room < cap + loan && cache >= loan) {
+    if (registers && room < cap + loan && cache >= loan) {
         f->loan_slots = (int32_t)loan;
         return TDM_OK;
     }

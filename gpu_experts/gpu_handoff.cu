@@ -503,7 +503,8 @@ static tdm_status sd_copy(void *ctx, void *arena, size_t offset, int n, const vo
     for (int i = 0; i < n; i++) {
         total += bytes[i];
         const uint8_t *p = (const uint8_t *)src[i];
-        direct = direct && p >= s->direct && bytes[i] <= s->direct_bytes && (size_t)(p - s->direct) <= s->direct_bytes - bytes[i];
+        direct = direct && p >= s->direct && bytes[i] <= s->direct_bytes &&
+                 (size_t)(p - s->direct) <= s->direct_bytes - bytes[i];
     }
     if (direct) {
         for (size_t i = 0, off = offset; i < (size_t)n; off += bytes[i], i++)

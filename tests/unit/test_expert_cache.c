@@ -153,6 +153,39 @@ static bool c_poll(void *ctx)
     return landed;
 }
 
+/* The micro model's cache of E + 3 slots on device dev (the fill: layer 0
+ * whole, 3 experts of its second layer l2), the adaptive policy re-planning
+ * every token; ids[*n]: k experts of l2 the fill left out. */
+static tdm_expert_cache *adaptive_cache(const tdm_model *m, const tdm_expert_device *dev, int32_t l2, int32_t *ids,
+                                        int32_t *n)
+{
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    tdm_cache_params cp;
+    tdm_cache_params_init(&cp, TDM_CACHE_ADAPTIVE, hp->n_layer, hp->n_expert, hp->n_expert_used, hp->n_expert + 3);
+    cp.adapt_every = 1;
+    tdm_expert_cache *c = NULL;
+    tdm_error err = {0};
+    assert_int_equal(tdm_expert_cache_new(m, &cp, dev, &c, &err), TDM_OK); /* the fill syncs */
+    *n = 0;
+    for (int32_t e = 0; e < hp->n_expert && *n < hp->n_expert_used; e++)
+        if (tdm_expert_cache_slot(c, l2, e) < 0)
+            ids[(*n)++] = e;
+    return c;
+}
+
+/* Routes layer l2 to ids until the policy swaps (at most 8 tokens). */
+static tdm_expert_cache_stats route_until_swaps(tdm_expert_cache *c, int32_t l2, const int32_t *ids, int32_t n)
+{
+    tdm_error err = {0};
+    tdm_expert_cache_stats st = {0};
+    for (int64_t t = 0; t < 8 && st.swaps == 0; t++) {
+        assert_int_equal(tdm_expert_cache_record(c, t, l2, ids, n, &err), TDM_OK);
+        tdm_expert_cache_get_stats(c, &st);
+    }
+    assert_true(st.swaps > 0);
+    return st;
+}
+
 /* A swap unpublishes the evicted expert at once and publishes the loaded one
  * only after its copy landed: nothing reads a slot while it is written. */
 static void test_deferred_publish(void **state)
@@ -165,25 +198,13 @@ static void test_deferred_publish(void **state)
     tdm_expert_device dev = {"async", &cnt, c_alloc, c_free, c_copy, c_sync, c_poll};
     const int32_t E = hp->n_expert;
     const int32_t l2 = hp->n_layer > 2 ? 2 : 1; /* the fill's second layer (even layers first) */
-    tdm_cache_params cp;
-    tdm_cache_params_init(&cp, TDM_CACHE_ADAPTIVE, hp->n_layer, E, hp->n_expert_used, E + 3);
-    cp.adapt_every = 1;
-    tdm_expert_cache *c;
     tdm_error err = {0};
+    int32_t ids[64], n;
     landed = false;
-    assert_int_equal(tdm_expert_cache_new(m, &cp, &dev, &c, &err), TDM_OK); /* the fill syncs */
+    tdm_expert_cache *c = adaptive_cache(m, &dev, l2, ids, &n);
     assert_int_equal(tdm_expert_cache_pending(c), 0);
     const uint64_t v0 = tdm_expert_cache_version(c);
-    int32_t ids[64], n = 0;
-    for (int32_t e = 0; e < E && n < hp->n_expert_used; e++)
-        if (tdm_expert_cache_slot(c, l2, e) < 0)
-            ids[n++] = e;
-    tdm_expert_cache_stats st = {0};
-    for (int64_t t = 0; t < 8 && st.swaps == 0; t++) {
-        assert_int_equal(tdm_expert_cache_record(c, t, l2, ids, n, &err), TDM_OK);
-        tdm_expert_cache_get_stats(c, &st);
-    }
-    assert_true(st.swaps > 0);
+    route_until_swaps(c, l2, ids, n);
     assert_true(tdm_expert_cache_pending(c) > 0);
     assert_true(tdm_expert_cache_version(c) > v0);
     /* the loads are in flight: published nowhere, and no two experts share a slot */
@@ -192,7 +213,7 @@ static void test_deferred_publish(void **state)
         published += tdm_expert_cache_slot(c, l2, ids[i]) >= 0;
     assert_int_equal(published, 0);
     const int32_t *res = tdm_expert_cache_residency(c);
-    uint8_t *used = calloc((size_t)cp.n_slots, 1);
+    uint8_t *used = calloc((size_t)E + 3, 1);
     for (int32_t i = 0; i < hp->n_layer * E; i++)
         if (res[i] >= 0) {
             assert_int_equal(used[res[i]], 0);
@@ -230,22 +251,15 @@ static void test_lend_reclaim(void **state)
     tdm_expert_device dev = {"async", &cnt, c_alloc, c_free, c_copy, c_sync, c_poll};
     const int32_t E = hp->n_expert, ns = E + 3, lend = 4, first = ns - lend;
     const int32_t l2 = hp->n_layer > 2 ? 2 : 1; /* the fill's second layer: slots E .. E + 2 */
-    tdm_cache_params cp;
-    tdm_cache_params_init(&cp, TDM_CACHE_ADAPTIVE, hp->n_layer, E, hp->n_expert_used, ns);
-    cp.adapt_every = 1;
-    tdm_expert_cache *c;
     tdm_error err = {0};
+    int32_t ids[64], n; /* experts of layer l2 the fill left out */
     landed = false;
-    assert_int_equal(tdm_expert_cache_new(m, &cp, &dev, &c, &err), TDM_OK);
+    tdm_expert_cache *c = adaptive_cache(m, &dev, l2, ids, &n);
     const size_t sb = tdm_expert_cache_slot_bytes(c);
     void *mem = NULL;
     assert_int_equal(tdm_expert_cache_lend(c, 0, &mem, &err), TDM_ERR_INVALID);
     assert_int_equal(tdm_expert_cache_lend(c, ns + 1, &mem, &err), TDM_ERR_INVALID);
     assert_int_equal(tdm_expert_cache_lent(c), 0);
-    int32_t ids[64], n = 0; /* experts of layer l2 the fill left out */
-    for (int32_t e = 0; e < E && n < hp->n_expert_used; e++)
-        if (tdm_expert_cache_slot(c, l2, e) < 0)
-            ids[n++] = e;
     const uint64_t v0 = tdm_expert_cache_version(c);
     assert_int_equal(tdm_expert_cache_lend(c, lend, &mem, &err), TDM_OK);
     assert_ptr_equal(mem, (const uint8_t *)tdm_expert_cache_arena(c) + (size_t)first * sb);
@@ -263,12 +277,7 @@ static void test_lend_reclaim(void **state)
     assert_int_equal(resident, first);
     /* the policy swaps inside layer l2, whose slots are all lent: no copies */
     const int copies = cnt.copies;
-    tdm_expert_cache_stats st = {0};
-    for (int64_t t = 0; t < 8 && st.swaps == 0; t++) {
-        assert_int_equal(tdm_expert_cache_record(c, t, l2, ids, n, &err), TDM_OK);
-        tdm_expert_cache_get_stats(c, &st);
-    }
-    assert_true(st.swaps > 0);
+    tdm_expert_cache_stats st = route_until_swaps(c, l2, ids, n);
     assert_int_equal(cnt.copies, copies);
     for (int32_t i = 0; i < hp->n_layer * E; i++)
         assert_true(res[i] < first);
