@@ -153,6 +153,12 @@ static bool c_poll(void *ctx)
     return landed;
 }
 
+/* The asynchronous device, counting into cnt. */
+static tdm_expert_device async_device(counting *cnt)
+{
+    return (tdm_expert_device){"async", cnt, c_alloc, c_free, c_copy, c_sync, c_poll};
+}
+
 /* The micro model's cache of E + 3 slots on device dev (the fill: layer 0
  * whole, 3 experts of its second layer l2), the adaptive policy re-planning
  * every token; ids[*n]: k experts of l2 the fill left out. */
@@ -195,7 +201,7 @@ static void test_deferred_publish(void **state)
     tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
     const tdm_hparams *hp = tdm_model_hparams(m);
     counting cnt = {0};
-    tdm_expert_device dev = {"async", &cnt, c_alloc, c_free, c_copy, c_sync, c_poll};
+    const tdm_expert_device dev = async_device(&cnt);
     const int32_t E = hp->n_expert;
     const int32_t l2 = hp->n_layer > 2 ? 2 : 1; /* the fill's second layer (even layers first) */
     tdm_error err = {0};
@@ -248,7 +254,7 @@ static void test_lend_reclaim(void **state)
     tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
     const tdm_hparams *hp = tdm_model_hparams(m);
     counting cnt = {0};
-    tdm_expert_device dev = {"async", &cnt, c_alloc, c_free, c_copy, c_sync, c_poll};
+    const tdm_expert_device dev = async_device(&cnt);
     const int32_t E = hp->n_expert, ns = E + 3, lend = 4, first = ns - lend;
     const int32_t l2 = hp->n_layer > 2 ? 2 : 1; /* the fill's second layer: slots E .. E + 2 */
     tdm_error err = {0};
