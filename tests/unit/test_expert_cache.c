@@ -153,30 +153,42 @@ static bool c_poll(void *ctx)
     return landed;
 }
 
-/* The asynchronous device, counting into cnt. */
-static tdm_expert_device async_device(counting *cnt)
-{
-    return (tdm_expert_device){"async", cnt, c_alloc, c_free, c_copy, c_sync, c_poll};
-}
+/* The asynchronous tests' set-up: the micro model's cache of E + 3 slots on
+ * the asynchronous device (the fill: layer 0 whole, 3 experts of its second
+ * layer l2, slots E .. E + 2), the adaptive policy re-planning every token;
+ * ids[n]: k experts of l2 the fill left out. Copies land when `landed` is
+ * set (cleared here). */
+typedef struct async_fx {
+    tdm_model *m;
+    counting cnt;
+    tdm_expert_device dev; /* the cache's device: lives as long as c */
+    int32_t l2, ids[64], n;
+    tdm_expert_cache *c;
+} async_fx;
 
-/* The micro model's cache of E + 3 slots on device dev (the fill: layer 0
- * whole, 3 experts of its second layer l2), the adaptive policy re-planning
- * every token; ids[*n]: k experts of l2 the fill left out. */
-static tdm_expert_cache *adaptive_cache(const tdm_model *m, const tdm_expert_device *dev, int32_t l2, int32_t *ids,
-                                        int32_t *n)
+static void async_fx_open(async_fx *f)
 {
-    const tdm_hparams *hp = tdm_model_hparams(m);
+    alarm(120);
+    *f = (async_fx){.m = fx_load_micro_f32("micro-qwen3moe")};
+    f->dev = (tdm_expert_device){"async", &f->cnt, c_alloc, c_free, c_copy, c_sync, c_poll};
+    const tdm_hparams *hp = tdm_model_hparams(f->m);
+    f->l2 = hp->n_layer > 2 ? 2 : 1; /* the fill's second layer (even layers first) */
+    landed = false;
     tdm_cache_params cp;
     tdm_cache_params_init(&cp, TDM_CACHE_ADAPTIVE, hp->n_layer, hp->n_expert, hp->n_expert_used, hp->n_expert + 3);
     cp.adapt_every = 1;
-    tdm_expert_cache *c = NULL;
     tdm_error err = {0};
-    assert_int_equal(tdm_expert_cache_new(m, &cp, dev, &c, &err), TDM_OK); /* the fill syncs */
-    *n = 0;
-    for (int32_t e = 0; e < hp->n_expert && *n < hp->n_expert_used; e++)
-        if (tdm_expert_cache_slot(c, l2, e) < 0)
-            ids[(*n)++] = e;
-    return c;
+    assert_int_equal(tdm_expert_cache_new(f->m, &cp, &f->dev, &f->c, &err), TDM_OK); /* the fill syncs */
+    for (int32_t e = 0; e < hp->n_expert && f->n < hp->n_expert_used; e++)
+        if (tdm_expert_cache_slot(f->c, f->l2, e) < 0)
+            f->ids[f->n++] = e;
+}
+
+static void async_fx_close(async_fx *f)
+{
+    tdm_expert_cache_free(f->c);
+    tdm_model_free(f->m);
+    alarm(0);
 }
 
 /* Routes layer l2 to ids until the policy swaps (at most 8 tokens). */
@@ -197,17 +209,12 @@ static tdm_expert_cache_stats route_until_swaps(tdm_expert_cache *c, int32_t l2,
 static void test_deferred_publish(void **state)
 {
     (void)state;
-    alarm(120);
-    tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
-    const tdm_hparams *hp = tdm_model_hparams(m);
-    counting cnt = {0};
-    const tdm_expert_device dev = async_device(&cnt);
-    const int32_t E = hp->n_expert;
-    const int32_t l2 = hp->n_layer > 2 ? 2 : 1; /* the fill's second layer (even layers first) */
+    async_fx f;
+    async_fx_open(&f);
+    tdm_expert_cache *c = f.c;
+    const tdm_hparams *hp = tdm_model_hparams(f.m);
+    const int32_t E = hp->n_expert, l2 = f.l2, n = f.n, *ids = f.ids;
     tdm_error err = {0};
-    int32_t ids[64], n;
-    landed = false;
-    tdm_expert_cache *c = adaptive_cache(m, &dev, l2, ids, &n);
     assert_int_equal(tdm_expert_cache_pending(c), 0);
     const uint64_t v0 = tdm_expert_cache_version(c);
     route_until_swaps(c, l2, ids, n);
@@ -227,10 +234,10 @@ static void test_deferred_publish(void **state)
         }
     free(used);
     const uint64_t v1 = tdm_expert_cache_version(c);
-    const int syncs = cnt.syncs;
+    const int syncs = f.cnt.syncs;
     assert_int_equal(tdm_expert_cache_settle(c, false, &err), TDM_OK); /* not landed: nothing changes */
     assert_int_equal(tdm_expert_cache_version(c), v1);
-    assert_int_equal(cnt.syncs, syncs);
+    assert_int_equal(f.cnt.syncs, syncs);
     landed = true;
     assert_int_equal(tdm_expert_cache_settle(c, false, &err), TDM_OK);
     assert_int_equal(tdm_expert_cache_pending(c), 0);
@@ -238,10 +245,8 @@ static void test_deferred_publish(void **state)
     for (int32_t i = 0, got = 0; i < n; i++, published = got)
         got = published + (tdm_expert_cache_slot(c, l2, ids[i]) >= 0);
     assert_true(published > 0);
-    check_contents(m, c);
-    tdm_expert_cache_free(c);
-    tdm_model_free(m);
-    alarm(0);
+    check_contents(f.m, c);
+    async_fx_close(&f);
 }
 
 /* Lent slots: their experts unpublished at once and their memory handed
@@ -250,17 +255,12 @@ static void test_deferred_publish(void **state)
 static void test_lend_reclaim(void **state)
 {
     (void)state;
-    alarm(120);
-    tdm_model *m = fx_load_micro_f32("micro-qwen3moe");
-    const tdm_hparams *hp = tdm_model_hparams(m);
-    counting cnt = {0};
-    const tdm_expert_device dev = async_device(&cnt);
-    const int32_t E = hp->n_expert, ns = E + 3, lend = 4, first = ns - lend;
-    const int32_t l2 = hp->n_layer > 2 ? 2 : 1; /* the fill's second layer: slots E .. E + 2 */
+    async_fx f;
+    async_fx_open(&f);
+    tdm_expert_cache *c = f.c;
+    const tdm_hparams *hp = tdm_model_hparams(f.m);
+    const int32_t E = hp->n_expert, ns = E + 3, lend = 4, first = ns - lend, l2 = f.l2, n = f.n, *ids = f.ids;
     tdm_error err = {0};
-    int32_t ids[64], n; /* experts of layer l2 the fill left out */
-    landed = false;
-    tdm_expert_cache *c = adaptive_cache(m, &dev, l2, ids, &n);
     const size_t sb = tdm_expert_cache_slot_bytes(c);
     void *mem = NULL;
     assert_int_equal(tdm_expert_cache_lend(c, 0, &mem, &err), TDM_ERR_INVALID);
@@ -282,9 +282,9 @@ static void test_lend_reclaim(void **state)
     }
     assert_int_equal(resident, first);
     /* the policy swaps inside layer l2, whose slots are all lent: no copies */
-    const int copies = cnt.copies;
+    const int copies = f.cnt.copies;
     tdm_expert_cache_stats st = route_until_swaps(c, l2, ids, n);
-    assert_int_equal(cnt.copies, copies);
+    assert_int_equal(f.cnt.copies, copies);
     for (int32_t i = 0; i < hp->n_layer * E; i++)
         assert_true(res[i] < first);
     for (size_t i = 0; i < (size_t)lend * sb; i++)
@@ -292,7 +292,7 @@ static void test_lend_reclaim(void **state)
     /* reclaim: one copy per lent slot, published when landed */
     assert_int_equal(tdm_expert_cache_reclaim(c, &err), TDM_OK);
     assert_int_equal(tdm_expert_cache_lent(c), 0);
-    assert_int_equal(cnt.copies, copies + lend);
+    assert_int_equal(f.cnt.copies, copies + lend);
     assert_int_equal(tdm_expert_cache_pending(c), lend);
     for (int32_t i = 0; i < hp->n_layer * E; i++)
         assert_true(res[i] < first);
@@ -306,15 +306,13 @@ static void test_lend_reclaim(void **state)
     for (int32_t i = 0; i < n; i++)
         swapped_in += tdm_expert_cache_slot(c, l2, ids[i]) >= first;
     assert_true(swapped_in > 0);
-    check_contents(m, c); /* the lent slots hold the file's bytes again */
+    check_contents(f.m, c); /* the lent slots hold the file's bytes again */
     tdm_expert_cache_get_stats(c, &st);
     assert_int_equal(st.loans, 1);
     assert_int_equal(st.bytes_reclaimed, (uint64_t)lend * sb);
     assert_int_equal(tdm_expert_cache_reclaim(c, &err), TDM_OK); /* nothing lent: nothing to do */
-    assert_int_equal(cnt.copies, copies + lend);
-    tdm_expert_cache_free(c);
-    tdm_model_free(m);
-    alarm(0);
+    assert_int_equal(f.cnt.copies, copies + lend);
+    async_fx_close(&f);
 }
 
 static void test_ledger_arithmetic(void **state)
