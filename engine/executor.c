@@ -295,16 +295,40 @@ tdm_status tdm_executor_gpu_begin(tdm_executor *x, uint64_t *version, tdm_error 
     return st;
 }
 
-enum { TUNER_SETTLED = 3 };
+/* Phases: the share (0), share + 1 (1), share - 1 (2), the share again (3). */
+enum { TUNER_AGAIN = 3, TUNER_SETTLED = 4 };
 
 void tdm_direct_tuner_init(tdm_direct_tuner *t, int32_t k, int32_t start)
 {
     start = start < 0 ? 0 : start > k ? k : start;
-    *t = (tdm_direct_tuner){.q = start, .q_max = k, .center = start};
+    *t = (tdm_direct_tuner){.q = start, .q_max = k, .center = start, .settle = TDM_DIRECT_SETTLE};
 }
 
 /* The share probe phase ph measures. */
 static int32_t probed(const tdm_direct_tuner *t, int32_t ph) { return t->center + (ph == 1) - (ph == 2); }
+
+/* After the probe's last window: the share whose time beats the center's
+ * better window by the margin, if any; a probe that keeps the share after a
+ * stay doubles the next stay. */
+static int32_t decide(tdm_direct_tuner *t)
+{
+    const double center = t->ms[TUNER_AGAIN] > 0 && t->ms[TUNER_AGAIN] < t->ms[0] ? t->ms[TUNER_AGAIN] : t->ms[0];
+    int32_t best = 0;
+    double bar = center * (1.0 - TDM_DIRECT_MARGIN); /* what a neighbour must beat */
+    for (int32_t i = 1; i < 3; i++)
+        if (t->ms[i] > 0 && t->ms[i] < bar) {
+            best = i;
+            bar = t->ms[i];
+        }
+    t->q = t->center = probed(t, best);
+    t->phase = best == 0 ? TUNER_SETTLED : 0; /* moved: measure around the new share */
+    if (best)
+        t->settle = TDM_DIRECT_SETTLE;
+    else if (t->settled) /* the probe followed a stay */
+        t->settle = 2 * t->settle < TDM_DIRECT_SETTLE_MAX ? 2 * t->settle : TDM_DIRECT_SETTLE_MAX;
+    t->settled = 0;
+    return t->q;
+}
 
 int32_t tdm_direct_tuner_step(tdm_direct_tuner *t, double ms_per_token)
 {
@@ -315,31 +339,22 @@ int32_t tdm_direct_tuner_step(tdm_direct_tuner *t, double ms_per_token)
     t->n = 0;
     t->sum = 0;
     if (t->phase == TUNER_SETTLED) {
-        if (++t->settled < TDM_DIRECT_SETTLE)
+        if (++t->settled < t->settle)
             return t->q;
         t->phase = 0; /* this window measured the share: probe its neighbours */
     }
     if (t->phase == 0)
-        t->ms[1] = t->ms[2] = 0;
+        t->ms[1] = t->ms[2] = t->ms[TUNER_AGAIN] = 0;
     t->ms[t->phase] = mean;
     int32_t ph = t->phase + 1;
-    while (ph < 3 && (probed(t, ph) < 0 || probed(t, ph) > t->q_max))
+    while (ph < TUNER_AGAIN && (probed(t, ph) < 0 || probed(t, ph) > t->q_max))
         ph++;
-    if (ph < 3) {
-        t->phase = ph;
-        return t->q = probed(t, ph);
-    }
-    int32_t best = 0;
-    double bar = t->ms[0] * (1.0 - TDM_DIRECT_MARGIN); /* what a neighbour must beat */
-    for (int32_t i = 1; i < 3; i++)
-        if (t->ms[i] > 0 && t->ms[i] < bar) {
-            best = i;
-            bar = t->ms[i];
-        }
-    t->q = t->center = probed(t, best);
-    t->phase = best == 0 ? TUNER_SETTLED : 0; /* moved: measure around the new share */
-    t->settled = 0;
-    return t->q;
+    if (ph == TUNER_AGAIN && t->ms[1] == 0 && t->ms[2] == 0)
+        ph = TUNER_SETTLED; /* no neighbour to compare with */
+    if (ph > TUNER_AGAIN)
+        return decide(t);
+    t->phase = ph;
+    return t->q = probed(t, ph);
 }
 
 int32_t tdm_executor_direct_quota(const tdm_executor *x)

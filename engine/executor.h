@@ -143,11 +143,17 @@ int32_t tdm_executor_direct_quota(const tdm_executor *x);
  * settle on the step time. A window is TDM_DIRECT_WINDOW steps that had
  * misses; its mean GPU time per token includes the wait for the pool, so it
  * weighs both sides as they are, hand-off latency included. From `start` the
- * tuner measures a window at the share, one at the share + 1 and one at the
- * share - 1 (those within 0..q_max), and takes the fastest. When that moved
- * the share it probes again around the new one; otherwise it stays for
+ * tuner measures a window at the share, one at the share + 1, one at the
+ * share - 1 (those within 0..q_max) and one at the share again, and takes
+ * the fastest, the share counting its better window: the first window after
+ * a prompt runs slow (its slot copies back), and against it alone a worse
+ * neighbour could win (H200 host, 12 GiB: 5.0-6.3 ms per token against
+ * 4.8-5.3 settled, one run of four moving to 4). When that moved the share
+ * it probes again around the new one; otherwise it stays for
  * TDM_DIRECT_SETTLE windows, then probes again (a change of load is
- * followed). Staying put between probes matters: the best share can be
+ * followed), each probe after a stay that keeps the share doubling the stay
+ * up to TDM_DIRECT_SETTLE_MAX windows (a neighbour's window runs ~10%
+ * slower). Staying put between probes matters: the best share can be
  * sharply better than its neighbours (H200 host, 12 GiB: 141 tok/s at 3 of
  * the 6 misses a prefetch of 2 leaves, 125-128 at 2 or 4), so a climber that
  * always moves loses to a fixed share. A neighbour takes over only when its
@@ -155,15 +161,16 @@ int32_t tdm_executor_direct_quota(const tdm_executor *x);
  * differ by more than neighbouring shares near the best one do (a packed
  * cache at 12 GiB settled at 2 in two of three runs, 165-167 tok/s against
  * 174 at 3; bench/results/hybrid-h200-session20-ab.txt). */
-enum { TDM_DIRECT_WINDOW = 4, TDM_DIRECT_SETTLE = 16 };
+enum { TDM_DIRECT_WINDOW = 4, TDM_DIRECT_SETTLE = 16, TDM_DIRECT_SETTLE_MAX = 64 };
 #define TDM_DIRECT_MARGIN 0.02
 typedef struct tdm_direct_tuner {
     int32_t q, q_max;   /* the share now, its largest value (k) */
     int32_t center;     /* the share probed around */
-    int32_t phase;      /* measuring center (0), center + 1 (1), center - 1 (2); 3: settled */
+    int32_t phase;      /* measuring center (0), center + 1 (1), center - 1 (2), center (3); 4: settled */
     int32_t n, settled; /* steps in the window; windows since it settled */
+    int32_t settle;     /* windows it stays before the next probe */
     double sum;         /* the window's ms per token */
-    double ms[3];       /* the probe's means (0: not measured) */
+    double ms[4];       /* the probe's means, by phase (0: not measured) */
 } tdm_direct_tuner;
 /* start: the first share, clamped to 0..k (e.g. half the misses the
  * prefetch leaves, (k - prefetch) / 2: the best share measured on the H200

@@ -275,7 +275,7 @@ static void test_direct_tuner(void **state)
     tdm_direct_tuner t;
     tdm_direct_tuner_init(&t, 8, 4);
     assert_int_equal(tune_towards(&t, 6, 0.5, 60), 6);
-    tune_towards(&t, 2, 0.5, 36 + TDM_DIRECT_SETTLE + 12);
+    tune_towards(&t, 2, 0.5, 36 + (t.settle - t.settled) + 20);
     /* neighbours less than the margin faster never take over */
     tdm_direct_tuner_init(&t, 8, 3);
     for (int step = 0; step < 40 * TDM_DIRECT_WINDOW; step++) {
@@ -284,6 +284,29 @@ static void test_direct_tuner(void **state)
         assert_true(abs(next - 3) <= 1);
         assert_int_equal(t.center, 3);
     }
+    /* a slow first window at the share (a prompt's aftermath) does not let a
+     * slower neighbour win: the share's second window counts */
+    tdm_direct_tuner_init(&t, 8, 3);
+    const double first[4] = {15.0, 11.0, 11.5, 10.0}; /* share 3, 4, 2, 3 again */
+    for (int w = 0; w < 4; w++)
+        for (int i = 0; i < TDM_DIRECT_WINDOW; i++)
+            tdm_direct_tuner_step(&t, first[w]);
+    assert_int_equal(t.q, 3);
+    assert_int_equal(t.center, 3);
+    /* each probe after a stay that keeps the share doubles the next stay, up
+     * to the longest: at a sharp optimum, windows off it only while probing */
+    int32_t off = 0, probes = 0;
+    for (int w = 0; w < 2000; w++) {
+        const int32_t q0 = t.q;
+        for (int i = 0; i < TDM_DIRECT_WINDOW; i++)
+            tdm_direct_tuner_step(&t, t.q == 3 ? 10.0 : 11.0);
+        off += t.q != 3;
+        probes += q0 == 3 && t.q == 4; /* a stay ended: its last window, then share + 1 */
+    }
+    assert_int_equal(t.settle, TDM_DIRECT_SETTLE_MAX);
+    /* a stay of the longest and a probe's three windows beside and after it */
+    assert_true(probes >= 2000 / (TDM_DIRECT_SETTLE_MAX + 3) && probes <= 2000 / (TDM_DIRECT_SETTLE_MAX + 3) + 3);
+    assert_int_equal(off, 2 * probes);
     /* a window only moves the share when it is full; the probe goes up first */
     tdm_direct_tuner_init(&t, 8, 4);
     for (int i = 0; i < TDM_DIRECT_WINDOW - 1; i++)
