@@ -307,14 +307,13 @@ void tdm_direct_tuner_init(tdm_direct_tuner *t, int32_t k, int32_t start)
 /* The share probe phase ph measures. */
 static int32_t probed(const tdm_direct_tuner *t, int32_t ph) { return t->center + (ph == 1) - (ph == 2); }
 
-/* After the probe's last window: the share whose time beats the center's
- * better window by the margin, if any; a probe that keeps the share after a
- * stay doubles the next stay. */
+/* After the probe's last window: the neighbour whose time beats the share's
+ * window after them by the margin, if any (none measured: the share stays);
+ * a probe that keeps the share after a stay doubles the next stay. */
 static int32_t decide(tdm_direct_tuner *t)
 {
-    const double center = t->ms[TUNER_AGAIN] > 0 && t->ms[TUNER_AGAIN] < t->ms[0] ? t->ms[TUNER_AGAIN] : t->ms[0];
     int32_t best = 0;
-    double bar = center * (1.0 - TDM_DIRECT_MARGIN); /* what a neighbour must beat */
+    double bar = t->ms[TUNER_AGAIN] * (1.0 - TDM_DIRECT_MARGIN); /* what a neighbour must beat */
     for (int32_t i = 1; i < 3; i++)
         if (t->ms[i] > 0 && t->ms[i] < bar) {
             best = i;

@@ -144,12 +144,14 @@ int32_t tdm_executor_direct_quota(const tdm_executor *x);
  * misses; its mean GPU time per token includes the wait for the pool, so it
  * weighs both sides as they are, hand-off latency included. From `start` the
  * tuner measures a window at the share, one at the share + 1, one at the
- * share - 1 (those within 0..q_max) and one at the share again, and takes
- * the fastest, the share counting its better window: the first window after
- * a prompt runs slow (its slot copies back), and against it alone a worse
- * neighbour could win (H200 host, 12 GiB: 5.0-6.3 ms per token against
- * 4.8-5.3 settled, one run of four moving to 4). When that moved the share
- * it probes again around the new one; otherwise it stays for
+ * share - 1 (those within 0..q_max) and one at the share again, and moves to
+ * the fastest neighbour if it beats that last window. The share's first
+ * window only leads in: after a prompt it runs slow (the lent slots copy
+ * back; H200 host, 12 GiB: 5.0-6.3 ms per token against 4.8-5.3 settled),
+ * and compared with it a worse neighbour won in one run of four; the better
+ * of both windows, the other choice, is biased low and kept the share where
+ * a neighbour was better (bench/results/hybrid-h200-session29-ab.txt). When
+ * the share moved it probes again around the new one; otherwise it stays for
  * TDM_DIRECT_SETTLE windows, then probes again (a change of load is
  * followed), each probe after a stay that keeps the share doubling the stay
  * up to TDM_DIRECT_SETTLE_MAX windows (a neighbour's window runs ~10%
@@ -170,7 +172,7 @@ typedef struct tdm_direct_tuner {
     int32_t n, settled; /* steps in the window; windows since it settled */
     int32_t settle;     /* windows it stays before the next probe */
     double sum;         /* the window's ms per token */
-    double ms[4];       /* the probe's means, by phase (0: not measured) */
+    double ms[4];       /* the probe's means by phase (0: not measured; ms[0] not compared) */
 } tdm_direct_tuner;
 /* start: the first share, clamped to 0..k (e.g. half the misses the
  * prefetch leaves, (k - prefetch) / 2: the best share measured on the H200

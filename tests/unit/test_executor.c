@@ -259,6 +259,18 @@ static void tune_from(int32_t k, int32_t start, int32_t best, double bump)
     tune_towards(&t, best, bump, 80);
 }
 
+/* A tuner from share 3 of 8 after one probe whose four windows (the share,
+ * share + 1, share - 1, the share again) read ms[]: the share it settles on. */
+static int32_t probe_once(tdm_direct_tuner *t, const double ms[4])
+{
+    tdm_direct_tuner_init(t, 8, 3);
+    for (int w = 0; w < 4; w++)
+        for (int i = 0; i < TDM_DIRECT_WINDOW; i++)
+            tdm_direct_tuner_step(t, ms[w]);
+    assert_int_equal(t->center, t->q);
+    return t->q;
+}
+
 static void test_direct_tuner(void **state)
 {
     (void)state;
@@ -284,15 +296,13 @@ static void test_direct_tuner(void **state)
         assert_true(abs(next - 3) <= 1);
         assert_int_equal(t.center, 3);
     }
-    /* a slow first window at the share (a prompt's aftermath) does not let a
-     * slower neighbour win: the share's second window counts */
-    tdm_direct_tuner_init(&t, 8, 3);
-    const double first[4] = {15.0, 11.0, 11.5, 10.0}; /* share 3, 4, 2, 3 again */
-    for (int w = 0; w < 4; w++)
-        for (int i = 0; i < TDM_DIRECT_WINDOW; i++)
-            tdm_direct_tuner_step(&t, first[w]);
-    assert_int_equal(t.q, 3);
-    assert_int_equal(t.center, 3);
+    /* the neighbours are compared with the share's window after them: a slow
+     * first window (a prompt's aftermath) lets no slower neighbour win, and a
+     * fast one keeps no slower share */
+    const double slow_lead[4] = {15.0, 11.0, 11.5, 10.0}; /* share 3, 4, 2, 3 again */
+    const double fast_lead[4] = {9.0, 10.5, 9.5, 10.0};
+    assert_int_equal(probe_once(&t, fast_lead), 2);
+    assert_int_equal(probe_once(&t, slow_lead), 3);
     /* each probe after a stay that keeps the share doubles the next stay, up
      * to the longest: at a sharp optimum, windows off it only while probing */
     int32_t off = 0, probes = 0;
