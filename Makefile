@@ -25,7 +25,7 @@ CUDA_PTX ?= 120
 # kernel files dominate the build; 730 s instead of 818 s with make -j2 on 2 cores).
 NVCC_THREADS ?= 2
 
-DEPS_INC := $(if $(DEPS_PREFIX),-I$(DEPS_PREFIX)/usr/include)
+DEPS_INC := $(if $(DEPS_PREFIX),-I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu)
 comma := ,
 DEPS_LIB := $(if $(DEPS_PREFIX),-L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -Wl$(comma)-rpath$(comma)$(abspath $(DEPS_PREFIX))/usr/lib/x86_64-linux-gnu)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine session for the GPU work: unpack the -dev packages,
-# build (whole tree with -k, then the GPU targets strictly), run the GPU
-# tests, compute-sanitizer, the kernel benchmark and (optionally) tools/synth.
+# build, run the GPU test binaries, compute-sanitizer, the kernel benchmark
+# and (optionally) tools/synth.
 # Logs go to $OUT. Usage: bench/gpu_device_run.sh [tests] [san] [bench] [tune] [synth]
 set -u
 OUT=${OUT:-/tmp/out}
@@ -9,10 +9,7 @@ mkdir -p "$OUT" /tmp/deps
 for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
 MK="make -j16 BUILD=build/dev DEPS_PREFIX=/tmp/deps CUDA_ARCHS=90 CUDA_PTX=90"
 start=$SECONDS
-$MK -k all >"$OUT/build.log" 2>&1
-$MK build/dev/tests/gpu/test_gpu_dequant build/dev/tests/gpu/test_gpu_quant \
-    build/dev/tests/gpu/test_gpu_ops build/dev/tests/gpu/test_gpu_moe build/dev/bench/gpu_kernels \
-    $( [ -f tools/synth.c ] && echo build/dev/tools/synth ) >>"$OUT/build.log" 2>&1 || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; }
+$MK all >"$OUT/build.log" 2>&1 || { echo BUILD FAILED; grep -E "error" "$OUT/build.log" | head -30; }
 echo "build: $((SECONDS - start)) s"
 export TDM_ROOT=$PWD
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -20,10 +17,11 @@ for stage in "$@"; do
     s0=$SECONDS
     case $stage in
     tests)
-        for t in dequant quant ops moe; do
-            timeout 180 build/dev/tests/gpu/test_gpu_$t >"$OUT/test_$t.log" 2>&1
-            echo "test_gpu_$t rc=$? ($(grep -c '^\[       OK' "$OUT/test_$t.log") ok)"
-            grep -E "FAILED|ERROR|out of bounds|got .* want" "$OUT/test_$t.log" | head -12
+        for t in build/dev/tests/gpu/test_*; do
+            n=$(basename "$t")
+            timeout 180 "$t" >"$OUT/$n.log" 2>&1
+            echo "$n rc=$? ($(grep -c '^\[       OK' "$OUT/$n.log") ok)"
+            grep -E "FAILED|ERROR|out of bounds|got .* want" "$OUT/$n.log" | head -12
         done ;;
     san)
         BUILD=build/dev timeout 240 bash tests/gpu/sanitizer.sh >"$OUT/san.log" 2>&1

@@ -14,7 +14,7 @@
 # settle within tens of tokens.
 # set -u, not -e: a failing step is reported and the others still run.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build/dev}
 OUT=${OUT:-/tmp/h200_hybrid}
 T=$BUILD/tandem

@@ -5,7 +5,7 @@
 # `nvidia-smi -L` fails. Extra arguments are passed to every program.
 # Exit status: 0 when every program that ran succeeded.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
 export TDM_ROOT=${TDM_ROOT:-$PWD}
 mkdir -p bench/results

@@ -5,7 +5,7 @@
 #   tests/run.sh --gpu    GPU binaries (build/tests/gpu/test_*) + tests/gpu/*.sh
 # A suite passes when it exits 0. Each suite's output is kept under $BUILD/test-logs.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
 export TDM_ROOT=${TDM_ROOT:-$PWD}
 # Idle OpenMP threads sleep instead of spinning: suites run side by side with

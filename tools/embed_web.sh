@@ -9,7 +9,7 @@ echo '#include "server_internal.h"'
 i=0
 for f in "$@"; do
     [ -f "$f" ] || continue
-    echo "static const unsigned char asset_$i[] = {"
+    echo "static const unsigned char asset_${i}[] = {"
     od -An -v -tx1 "$f" | sed -e 's/ *$//' -e 's/  */,0x/g' -e 's/^,//' -e 's/$/,/'
     echo '0x00};'
     i=$((i + 1))

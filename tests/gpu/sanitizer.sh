@@ -9,7 +9,7 @@
 # SAN_TOOLS picks the tools (default "memcheck racecheck synccheck").
 # Arguments: test names to run (e.g. test_hybrid_gpu); none: every binary.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 export TDM_ROOT=${TDM_ROOT:-$PWD}
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
@@ -22,6 +22,19 @@ fi
 # gm_race_safe, test_gpu_quant's test_matmul); memcheck covers that path.
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
+# Stopped (a caller's timeout, ^C): the runs stop too. Each run's `timeout`
+# moves it into a process group of its own, which a signal to the caller's
+# group misses, and a run left over would share the GPU with whatever the
+# caller starts next (a benchmark would measure it). The runs' `timeout`s are
+# signalled by pid (their .pid files) and pass the signal on.
+# shellcheck disable=SC2317 # reached through the trap
+stop() {
+    local p
+    for p in "$logs"/*.pid; do [ -f "$p" ] && kill -TERM "$(cat "$p")" 2>/dev/null; done
+    wait
+    exit 143
+}
+trap stop TERM INT
 
 # one run: binary, tool, test ("": all) -> $logs/<binary>[@<test>].<tool>.{log,rc}
 run() {
@@ -29,15 +42,19 @@ run() {
     [ "$tool" = memcheck ] && extra=(--leak-check full)
     name=$(basename "$t")${one:+@$one}.$tool
     TDM_TEST_FILTER=$one TDM_SANITIZER=$tool timeout "${SAN_TIMEOUT:-600}" "$CS" --tool "$tool" "${extra[@]}" \
-        --error-exitcode 99 "$t" >"$logs/$name.log" 2>&1
+        --error-exitcode 99 "$t" >"$logs/$name.log" 2>&1 &
+    echo $! >"$logs/$name.pid"
+    wait $!
     echo $? >"$logs/$name.rc"
+    rm -f "$logs/$name.pid"
 }
 
 # the model tests are the slow ones under both tools (memcheck of
 # test_forward_gpu as one process: ~480 s): one process per test there (their
 # mains honour TDM_TEST_FILTER, gpu_model_util.h); one run per binary else
 units() {
-    local src=tests/gpu/$(basename "$1").c
+    local src
+    src=tests/gpu/$(basename "$1").c
     if grep -q gm_filter "$src" 2>/dev/null; then
         grep -o 'cmocka_unit_test([a-z0-9_]*)' "$src" | sed 's/.*(\(.*\))/\1/'
     else

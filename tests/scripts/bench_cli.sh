@@ -4,7 +4,7 @@
 # of the projection (more host bandwidth -> not slower, more VRAM -> not slower).
 # The validator is also shown a doctored file and must reject it.
 set -u
-cd "${TDM_ROOT:-$(dirname "$0")/../..}"
+cd "${TDM_ROOT:-$(dirname "$0")/../..}" || exit 1
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -3,7 +3,7 @@
 # summary), `tandem chat`, `tandem logits` and `tandem generate-ids` against
 # the micro fixtures' float64 references, and bad-input handling.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 T=$BUILD/tandem
 fail=0
@@ -14,7 +14,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # run: greedy on the default (demo) model reproduces llama.cpp's continuation
-TANDEM_MODEL= "$T" run --device cpu -p "The jury said" -n 16 --temp 0 >"$tmp/out" 2>"$tmp/err"; rc=$?
+TANDEM_MODEL="" "$T" run --device cpu -p "The jury said" -n 16 --temp 0 >"$tmp/out" 2>"$tmp/err"; rc=$?
 want='The jury said that the "sons of God" were not so much of the fact that'
 [ $rc -eq 0 ] && [ "$(head -c ${#want} "$tmp/out")" == "$want" ] && ok "run greedy text" || { bad "run greedy text (rc $rc)"; cat "$tmp/out" "$tmp/err"; }
 grep -Eq '^prompt: 3 tokens, [0-9.]+ tok/s \| generated: 16 tokens, [0-9.]+ tok/s' "$tmp/err" && ok "run summary" || { bad "run summary"; cat "$tmp/err"; }

@@ -4,7 +4,7 @@
 # shapes/types, see the comments) in text and --json output; a truncated file
 # is reported incomplete with exit status 1; a broken header is an error.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 T=$BUILD/tandem
 fail=0

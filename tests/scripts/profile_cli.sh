@@ -8,7 +8,7 @@
 #  - the hit rates agree with bench/results/cache_policies-demo.json,
 #  - profile merge, and refusal of a profile made for another model.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 T=$BUILD/tandem
 MODEL=models/demo/demo-Q4_K_M.gguf
@@ -70,6 +70,7 @@ done
 if "$T" profile merge -m "$MODEL" "$PROFILE" "$tmp/heldout.json" -o "$tmp/merged.json" 2>"$tmp/m.log"; then
     n=$(python3 -c 'import json,sys; print(sum(json.load(open(f))["tokens"] for f in sys.argv[1:3]), json.load(open(sys.argv[3]))["tokens"])' \
         "$PROFILE" "$tmp/heldout.json" "$tmp/merged.json")
+    # shellcheck disable=SC2086 # two numbers, split on purpose
     set -- $n
     [ "$1" = "$2" ] && ok "merge: $2 tokens" || bad "merge: tokens $2, expected $1"
 else

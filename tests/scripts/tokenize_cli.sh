@@ -2,7 +2,7 @@
 # CLI parity: `tandem tokenize` / `tandem detokenize` against the fixture ids
 # (tests/fixtures/tokenizer-*.tests.json) and the demo model's llama.cpp prompt ids.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 T=$BUILD/tandem
 fail=0
@@ -19,7 +19,7 @@ check "control token parsed" "[2034]" "$("$T" tokenize -m $Q2 --text '<|im_start
 out=$("$T" tokenize -m $Q2 --no-special --text '<|im_start|>')
 case "$out" in *2034*|"") check "--no-special" "no 2034" "$out" ;; *) echo "ok   --no-special" ;; esac
 check "detokenize --no-special" "hi" "$("$T" detokenize -m $Q2 --no-special --ids 2034,71,72)"
-check "default model (demo)" "[338, 5728, 617]" "$(TANDEM_MODEL= "$T" tokenize --text 'The jury said')"
+check "default model (demo)" "[338, 5728, 617]" "$(TANDEM_MODEL="" "$T" tokenize --text 'The jury said')"
 
 # every fixture string through --file, for both pre-tokenisers
 tmp=$(mktemp -d)
