@@ -172,7 +172,7 @@ typedef struct tdm_direct_tuner {
     int32_t n, settled; /* steps in the window; windows since it settled */
     int32_t settle;     /* windows it stays before the next probe */
     double sum;         /* the window's ms per token */
-    double ms[4];       /* the probe's means by phase (0: not measured; ms[0] not compared) */
+    double ms[4];       /* the probe's means by phase (0: not measured); the lead-in's, ms[0], is not compared */
 } tdm_direct_tuner;
 /* start: the first share, clamped to 0..k (e.g. half the misses the
  * prefetch leaves, (k - prefetch) / 2: the best share measured on the H200
