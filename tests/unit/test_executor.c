@@ -65,6 +65,7 @@ typedef struct run_cfg {
     int32_t adapt_every;
     int n_decode;
     int32_t direct;     /* params.direct; 0 here means the default (-1: none in the emulation) */
+    bool global;        /* one budget for all layers (the CLI's default) instead of per-layer ones */
 } run_cfg;
 
 /* Prompt batch + n_decode single tokens through both paths; returns the
@@ -97,7 +98,7 @@ static double run_pair(const char *path, const run_cfg *cfg, tdm_executor_stats 
     p.adapt_every = cfg->adapt_every;
     if (cfg->direct)
         p.direct = cfg->direct;
-    p.per_layer = true; /* ~50% then means about half the experts of every layer */
+    p.per_layer = !cfg->global; /* ~50% then means about half the experts of every layer */
     if (cfg->frac >= 0)
         p.n_slots = (int32_t)lround(cfg->frac * hp->n_layer * hp->n_expert);
     else
@@ -367,6 +368,35 @@ static void test_budget_no_slot(void **state)
     alarm(0);
 }
 
+/* The spread fill in the CLI's global budget: the same logits as the layer
+ * fill, no swaps, every layer holding some experts (the layer fill's full
+ * layers never wake the pool; with one MoE layer both fills are one). */
+static void test_spread_fill(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char paths[5][1200];
+    int n = n_paths(paths);
+    for (int i = 0; i < n; i++) {
+        tdm_executor_stats layer, spread;
+        tdm_pool_stats ps;
+        run_cfg c = {.frac = 0.5, .policy = TDM_CACHE_LAYER, .pool_threads = 1, .n_decode = N_DECODE,
+                     .global = true};
+        assert_true(run_pair(paths[i], &c, &layer, &ps) <= 1e-5);
+        c.policy = TDM_CACHE_SPREAD;
+        assert_true(run_pair(paths[i], &c, &spread, &ps) <= 1e-5);
+        assert_int_equal(spread.n_slots, layer.n_slots);
+        assert_true(spread.hits > 0 && spread.misses > 0);
+        assert_int_equal(spread.swaps, 0);
+        assert_int_equal(ps.jobs, spread.pool_wakes);
+        print_message("  layer fill woken %lld of %lld layer calls, spread %lld\n", (long long)layer.pool_wakes,
+                      (long long)layer.layers, (long long)spread.pool_wakes);
+        assert_true(spread.layers == spread.tokens ? spread.pool_wakes == layer.pool_wakes
+                                                   : spread.pool_wakes > layer.pool_wakes);
+    }
+    alarm(0);
+}
+
 /* Adaptive swaps run between tokens: results stay identical, bytes move. */
 static void test_adaptive_swaps(void **state)
 {
@@ -448,7 +478,7 @@ int main(void)
         cmocka_unit_test(test_budget_no_slot),   cmocka_unit_test(test_adaptive_swaps),
         cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_direct_share),
         cmocka_unit_test(test_direct_no_cache),  cmocka_unit_test(test_direct_all),
-        cmocka_unit_test(test_direct_tuner),
+        cmocka_unit_test(test_direct_tuner),     cmocka_unit_test(test_spread_fill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
