@@ -1,6 +1,7 @@
 /* executor: split, publish, compute hits, wait, merge; policy between passes. */
 #include "executor.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,33 @@ static tdm_status make_cache(tdm_executor *x, const tdm_executor_params *p, tdm_
     return tdm_expert_cache_new(x->m, &cp, p->dev ? p->dev : tdm_expert_device_host(), &x->cache, err);
 }
 
+/* The direct share's first value: half the misses the prefetch (pf
+ * experts; forward_gpu.c sets the count it runs) leaves in a layer that
+ * misses (the best share measured on the H200 host, with and without a
+ * prefetch, when such a layer misses all k). A layer's misses are counted
+ * from the fill as if routing were uniform, k x its share of experts not
+ * held, averaged over the MoE layers that lack some: k for whole layers
+ * (the layer fill), ~2 at 16 GiB when every layer holds three quarters
+ * (the spread fill). */
+static int32_t direct_start(const tdm_executor *x, int32_t pf)
+{
+    const int32_t E = x->hp->n_expert;
+    const int32_t *res = tdm_expert_cache_residency(x->cache);
+    int64_t lacking = 0, layers = 0;
+    for (int32_t il = x->first_moe; il >= 0 && il <= x->last_moe; il++) {
+        int32_t held = 0;
+        for (int32_t e = 0; e < E; e++)
+            held += res[(size_t)il * E + e] >= 0;
+        const tdm_layer *L = tdm_model_layer(x->m, il);
+        if (L->ffn == TDM_FFN_MOE && L->gate_exps.data && held < E) {
+            lacking += E - held;
+            layers++;
+        }
+    }
+    const double misses = layers ? (double)x->k * (double)lacking / ((double)E * (double)layers) : x->k;
+    return (int32_t)lround((misses - pf) / 2.0);
+}
+
 tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, tdm_executor **out, tdm_error *err)
 {
     *out = NULL;
@@ -97,9 +125,6 @@ tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, td
     x->k = hp->n_expert_used;
     x->first_moe = -1;
     x->direct_mode = p->direct;
-    /* the share starts at half the misses the prefetch (forward_gpu.c sets the count it runs) leaves */
-    const int32_t pf = p->prefetch > 0 ? p->prefetch : 0;
-    tdm_direct_tuner_init(&x->tuner, hp->n_expert_used, (hp->n_expert_used - pf) / 2);
     int64_t max_ff = 1;
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const tdm_layer *L = tdm_model_layer(m, il);
@@ -119,6 +144,8 @@ tdm_status tdm_executor_new(const tdm_model *m, const tdm_executor_params *p, td
         st = tdm_error_set(err, TDM_ERR_OOM, "executor: out of memory");
     if (!st)
         st = make_cache(x, p, err);
+    if (!st)
+        tdm_direct_tuner_init(&x->tuner, x->k, direct_start(x, p->prefetch > 0 ? p->prefetch : 0));
     if (!st) {
         /* experts named by slot (hits) or by id (the emulated direct share) */
         int32_t ns = tdm_expert_cache_n_slots(x->cache);

@@ -174,9 +174,10 @@ typedef struct tdm_direct_tuner {
     double sum;         /* the window's ms per token */
     double ms[4];       /* the probe's means by phase (0: not measured); the lead-in's, ms[0], is not compared */
 } tdm_direct_tuner;
-/* start: the first share, clamped to 0..k (e.g. half the misses the
- * prefetch leaves, (k - prefetch) / 2: the best share measured on the H200
- * host both with and without a prefetch). */
+/* start: the first share, clamped to 0..k (the executor's: half the misses
+ * the prefetch leaves in a layer that misses, (k - prefetch) / 2 when such a
+ * layer misses all k: the best share measured on the H200 host both with and
+ * without a prefetch). */
 void tdm_direct_tuner_init(tdm_direct_tuner *t, int32_t k, int32_t start);
 /* Feeds one step (ms per token) and returns the share for the next. */
 int32_t tdm_direct_tuner_step(tdm_direct_tuner *t, double ms_per_token);

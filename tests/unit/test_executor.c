@@ -397,6 +397,42 @@ static void test_spread_fill(void **state)
     alarm(0);
 }
 
+/* The adapted direct share starts at half the misses the prefetch leaves in
+ * a layer that misses: demo (8 layers x 24 experts, top-4) with 144 slots,
+ * whole layers (6 full, 2 empty: 4 misses) or 18 experts in every layer
+ * (1 miss). */
+static void test_direct_start(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char paths[5][1200];
+    const char *demo = paths[n_paths(paths) - 1];
+    tdm_model *m;
+    tdm_error err = {0};
+    assert_int_equal(tdm_model_load(demo, &m, &err), TDM_OK);
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    assert_true(hp->n_layer == 8 && hp->n_expert == 24 && hp->n_expert_used == 4);
+    static const struct { int policy, prefetch, start; } cases[] = {
+        {TDM_CACHE_LAYER, 2, 1}, {TDM_CACHE_SPREAD, 2, 0}, {TDM_CACHE_LAYER, 0, 2}, {TDM_CACHE_SPREAD, 0, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tdm_executor_params p;
+        tdm_executor_params_init(&p);
+        p.n_ctx = 32;
+        p.max_batch = 8;
+        p.n_threads = 1;
+        p.n_slots = 144;
+        p.policy = cases[i].policy;
+        p.prefetch = cases[i].prefetch;
+        p.direct = -1;
+        tdm_executor *x = NULL;
+        assert_int_equal(tdm_executor_new(m, &p, &x, &err), TDM_OK);
+        assert_int_equal(tdm_executor_direct_quota(x), cases[i].start);
+        tdm_executor_free(x);
+    }
+    tdm_model_free(m);
+    alarm(0);
+}
+
 /* Adaptive swaps run between tokens: results stay identical, bytes move. */
 static void test_adaptive_swaps(void **state)
 {
@@ -479,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_direct_share),
         cmocka_unit_test(test_direct_no_cache),  cmocka_unit_test(test_direct_all),
         cmocka_unit_test(test_direct_tuner),     cmocka_unit_test(test_spread_fill),
+        cmocka_unit_test(test_direct_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
