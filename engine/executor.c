@@ -90,14 +90,14 @@ static int32_t direct_start(const tdm_executor *x, int32_t pf)
     const int32_t *res = tdm_expert_cache_residency(x->cache);
     int64_t lacking = 0, layers = 0;
     for (int32_t il = x->first_moe; il >= 0 && il <= x->last_moe; il++) {
-        int32_t held = 0;
-        for (int32_t e = 0; e < E; e++)
-            held += res[(size_t)il * E + e] >= 0;
         const tdm_layer *L = tdm_model_layer(x->m, il);
-        if (L->ffn == TDM_FFN_MOE && L->gate_exps.data && held < E) {
-            lacking += E - held;
-            layers++;
-        }
+        if (L->ffn != TDM_FFN_MOE || !L->gate_exps.data)
+            continue;
+        int32_t missing = 0;
+        for (int32_t e = 0; e < E; e++)
+            missing += res[(size_t)il * E + e] < 0;
+        lacking += missing;
+        layers += missing > 0;
     }
     const double misses = layers ? (double)x->k * (double)lacking / ((double)E * (double)layers) : x->k;
     return (int32_t)lround((misses - pf) / 2.0);
