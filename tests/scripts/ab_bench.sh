@@ -3,12 +3,8 @@
 # (one with an extra bench argument) and one whose binary does not exist. The good runs write their
 # JSON and logs, the summary pairs them round by round, the missing binary fails its runs and the
 # exit status; bad command lines are refused with status 2 before anything runs.
-set -u
-cd "${TDM_ROOT:-$(dirname "$0")/../..}" || exit 1
-BUILD=${BUILD:-build}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=tests/scripts/lib/suite.sh
+. "$(dirname "$0")/lib/suite.sh"
 T=$BUILD/tandem
 [ -x "$T" ] || fail "$T not built"
 

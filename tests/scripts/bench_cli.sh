@@ -3,12 +3,8 @@
 # the JSON they write parses, has every field, and obeys the sanity relations
 # of the projection (more host bandwidth -> not slower, more VRAM -> not slower).
 # The validator is also shown a doctored file and must reject it.
-set -u
-cd "${TDM_ROOT:-$(dirname "$0")/../..}" || exit 1
-BUILD=${BUILD:-build}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=tests/scripts/lib/suite.sh
+. "$(dirname "$0")/lib/suite.sh"
 
 validate() { # validate FILE -> exit status of the checks
 python3 - "$1" <<'PY'
