@@ -47,9 +47,8 @@ const char tdm_cli_bench_help[] =
     "  --gen N           greedy tokens generated after each prompt (default 256)\n"
     "  --gpu-mem LIST    VRAM budgets in GiB, G suffix allowed (default 8,12,16,24): the hybrid\n"
     "                    grid, or the projected budgets of the CPU path\n"
-    "  --fill LIST       hybrid cache fill: layer,spread,profile,adaptive (default layer, profile\n"
-    "                    with --profile); layer: whole layers, spread: the same number of experts\n"
-    "                    in every layer (--policy spread); profile and adaptive need --profile\n"
+    "  --fill LIST       hybrid cache fill: layer,profile,adaptive (default layer, profile with\n"
+    "                    --profile); profile and adaptive need --profile\n"
     "  --profile P.json  expert profile (tandem profile) for the profile and adaptive fills\n"
     "  --adapt-every N   tokens between adaptive swaps (default: the policy's)\n"
     "  --expert-memory M auto (default), map or copy: the CPU reads the experts from the file\n"
@@ -88,9 +87,7 @@ const char tdm_cli_bench_help[] =
 
 #define PLOT_NO_GNUPLOT 3 /* bench/plot.sh's exit status when gnuplot or python3 is missing */
 
-const char *const bench_fill_name[FILL_COUNT] = {"layer", "profile", "adaptive", "spread"};
-
-bool bench_fill_uses_profile(int fill) { return fill == FILL_PROFILE || fill == FILL_ADAPTIVE; }
+const char *const bench_fill_name[FILL_COUNT] = {"layer", "profile", "adaptive"};
 
 /* "8,12.5,16G": GiB, an optional G suffix on each. */
 static int parse_gib_list(const char *s, double *out)
@@ -214,7 +211,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     }
     bool needs_profile = false;
     for (int f = 0; f < o->n_fills; f++)
-        needs_profile |= bench_fill_uses_profile(o->fills[f]);
+        needs_profile |= o->fills[f] != FILL_LAYER;
     if (needs_profile && !o->profile) {
         fprintf(stderr, "tandem bench: --fill profile and adaptive need --profile P.json (tandem profile)\n");
         return 2;
@@ -321,11 +318,8 @@ static tdm_status revalidate_setup(bench_ctx *c, bench_opts *o, const tdm_proj_v
 {
     double zipf = o->zipf;
     bool other_fill = false;
-    for (int i = 0; i < v->n_runs; i++) {
-        int fill = FILL_LAYER;
-        parse_fill_list(v->runs[i].fill, &fill);
-        other_fill |= bench_fill_uses_profile(fill);
-    }
+    for (int i = 0; i < v->n_runs; i++)
+        other_fill |= strcmp(v->runs[i].fill, "layer") != 0;
     /* the profile/adaptive fills' curve as --validate had it: Zipf from the
      * recorded source, a file only from --hit-curve */
     if (!o->hit_curve && zipf < 0 && sscanf(v->hit_curve, "zipf s=%lf", &zipf) != 1) {
@@ -349,7 +343,7 @@ static tdm_status revalidate_setup(bench_ctx *c, bench_opts *o, const tdm_proj_v
         const tdm_proj_valrun *x = &v->runs[i];
         bench_run *r = &c->runs[c->n_runs++];
         const double n = x->gen_tokens;
-        int fill = FILL_LAYER; /* the reader accepts only the fill names */
+        int fill = FILL_LAYER; /* the reader accepts only the three fill names */
         parse_fill_list(x->fill, &fill);
         *r = (bench_run){.threads = x->threads, .prompt = x->prompt_tokens, .decoded = x->gen_tokens,
                          .decode_s = n / x->decode_tok_s, .gpu_mem_gib = x->gpu_mem_gib, .fill = fill,

@@ -23,12 +23,9 @@
 #define MAX_RUNS 256
 
 /* Cache fills of the hybrid grid; the policy each one runs is cli_bench_run.c's. */
-typedef enum bench_fill { FILL_LAYER = 0, FILL_PROFILE, FILL_ADAPTIVE, FILL_SPREAD, FILL_COUNT } bench_fill;
+typedef enum bench_fill { FILL_LAYER = 0, FILL_PROFILE, FILL_ADAPTIVE, FILL_COUNT } bench_fill;
 /* The --fill names, also those of the report and the JSON. */
 extern const char *const bench_fill_name[FILL_COUNT];
-/* Whether a fill is made from --profile (profile, adaptive); the others (layer,
- * spread) fill by expert id, so their hit rate is the cached fraction. */
-bool bench_fill_uses_profile(int fill);
 
 typedef struct bench_opts {
     const char *model, *json, *profile, *hit_curve;

@@ -66,7 +66,7 @@ void bench_print_validation(const bench_ctx *c)
 {
     printf("\nprojection (engine/projection.h: t = t_gpu + t_cpu + hand-offs) against the measured decode;\n"
            "efficiency %.3f = %s;\nVRAM %.0f GB/s x %.3f, latency %.0f us per hand-off, reserve %.1f MB "
-           "(KV for %d positions); hit curve:\nlayer and spread fills: h = cached fraction, other fills: %s\n",
+           "(KV for %d positions); hit curve:\nlayer fill: h = cached fraction, other fills: %s\n",
            c->efficiency, c->efficiency_source, c->vram_gbps, c->vram_eff, c->latency_us,
            c->reserve_bytes / 1e6, c->n_ctx, c->hc.source);
     printf("%7s %-8s %7s %6s %7s %7s %7s %7s %7s %7s %7s %9s %9s %9s %8s\n", "gpu-mem", "fill", "threads",

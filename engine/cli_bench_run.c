@@ -31,7 +31,7 @@ static const char BENCH_TEXT[] =
     "school roof, a second nurse for the clinic, and whether the library could stay open on "
     "Sundays. The mayor read the figures aloud, slowly, and then asked who wanted to speak first. ";
 
-static const int FILL_POLICY[FILL_COUNT] = {TDM_CACHE_LAYER, TDM_CACHE_STATIC, TDM_CACHE_ADAPTIVE, TDM_CACHE_SPREAD};
+static const int FILL_POLICY[FILL_COUNT] = {TDM_CACHE_LAYER, TDM_CACHE_STATIC, TDM_CACHE_ADAPTIVE};
 
 static double now_s(void)
 {
@@ -156,7 +156,7 @@ tdm_status bench_setup_curves(bench_ctx *c, double zipf, tdm_error *err)
     tdm_status st = tdm_proj_hitcurve_zipf(0, c->pm.n_expert, &c->hc_layer, err);
     if (st)
         return st;
-    snprintf(c->hc_layer.source, sizeof c->hc_layer.source, "layer and spread fills: h = cached fraction");
+    snprintf(c->hc_layer.source, sizeof c->hc_layer.source, "layer fill: h = cached fraction");
     if (c->o->hit_curve)
         return tdm_proj_hitcurve_load(c->o->hit_curve, NULL, &c->pm, &c->hc, err);
     return tdm_proj_hitcurve_zipf(zipf >= 0 ? zipf : TDM_PROJ_DEFAULT_ZIPF_S, c->pm.n_expert, &c->hc, err);
@@ -223,7 +223,7 @@ static void hybrid_params(const bench_ctx *c, const bench_run *r, tdm_executor_p
     go.zero_copy = c->o->zero_copy;
     go.prefetch = c->o->prefetch;
     go.pool_warm = c->o->pool_warm;
-    const cli_gen_ctx gc = {.topo = c->topo, .prof = bench_fill_uses_profile(r->fill) ? c->prof : NULL};
+    const cli_gen_ctx gc = {.topo = c->topo, .prof = r->fill == FILL_LAYER ? NULL : c->prof};
     cli_gen_executor_params(&go, &gc, p);
 }
 
@@ -361,7 +361,7 @@ void bench_project_run(const bench_ctx *c, bench_run *r, int i)
     mc.reserve_bytes = c->reserve_bytes;
     mc.decode_ctx = (int32_t)(r->prompt + r->decoded / 2.0);
     tdm_error e = {0};
-    r->have_proj = tdm_proj_predict(&c->pm, bench_fill_uses_profile(r->fill) ? &c->hc : &c->hc_layer, &mc, &r->proj,
+    r->have_proj = tdm_proj_predict(&c->pm, r->fill == FILL_LAYER ? &c->hc_layer : &c->hc, &mc, &r->proj,
                                     &e) == TDM_OK;
     if (!r->have_proj)
         fprintf(stderr, "bench: no projection for run %d: %s\n", i, e.msg);

@@ -56,9 +56,7 @@ typedef struct cli_gen_opts {
     "                    a model that does not fit the free VRAM runs hybrid without it\n" \
     "  --cache-experts N expert slots in VRAM instead of what the budget leaves\n" \
     "  --profile P.json  fill the cache hottest-first from an expert-usage profile (tandem profile)\n" \
-    "  --policy NAME     static|layer|spread|adaptive|lru|lfu (default: static with a profile, layer\n" \
-    "                    without); spread: every layer holds the same number of experts (layer: whole\n" \
-    "                    layers, the even ones first)\n" \
+    "  --policy NAME     static|layer|adaptive|lru|lfu (default: static with a profile, layer without)\n" \
     "  --adapt-every N   adaptive: re-plan every N tokens (default 16)\n" \
     "  --adapt-swaps N   adaptive: at most N swaps per layer and re-plan (default 2)\n" \
     "  --adapt-decay F   adaptive: per-token decay of the use counts (default 0.98)\n" \

@@ -81,9 +81,9 @@ static tdm_status make_cache(tdm_executor *x, const tdm_executor_params *p, tdm_
  * misses (the best share measured on the H200 host, with and without a
  * prefetch, when such a layer misses all k). A layer's misses are counted
  * from the fill as if routing were uniform, k x its share of experts not
- * held, averaged over the MoE layers that lack some: k for whole layers
- * (the layer fill), ~2 at 16 GiB when every layer holds three quarters
- * (the spread fill). */
+ * held, averaged over the MoE layers that lack some: k when whole layers
+ * are missing, fewer when a profile's fill or the layer fill's last layer
+ * holds part of one. */
 static int32_t direct_start(const tdm_executor *x, int32_t pf)
 {
     const int32_t E = x->hp->n_expert;

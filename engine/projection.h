@@ -240,7 +240,7 @@ tdm_status tdm_proj_json_write(const char *path, const tdm_proj_model *m,
 typedef struct tdm_proj_valrun {
     int32_t threads, prompt_tokens, gen_tokens;
     double gpu_mem_gib;       /* the VRAM budget */
-    char fill[16];            /* "layer", "spread", "profile", "adaptive" */
+    char fill[16];            /* "layer", "profile", "adaptive" */
     double dram_gbps;         /* B_dram at the run's thread count; 0 when null */
     double decode_tok_s;      /* measured */
     double hit_rate;          /* measured decode hit rate (shown, never an input) */

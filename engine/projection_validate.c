@@ -58,9 +58,8 @@ static tdm_status read_run(const cJSON *r, int i, const char *name, tdm_proj_val
     out->prompt_tokens = (int32_t)prompt;
     out->gen_tokens = (int32_t)gen;
     opt_str(r, "fill", out->fill, sizeof out->fill);
-    if (strcmp(out->fill, "layer") && strcmp(out->fill, "spread") && strcmp(out->fill, "profile") &&
-        strcmp(out->fill, "adaptive"))
-        return tdm_error_set(err, TDM_ERR_FORMAT, "%s: %s.fill '%s' (want layer, spread, profile or adaptive)",
+    if (strcmp(out->fill, "layer") && strcmp(out->fill, "profile") && strcmp(out->fill, "adaptive"))
+        return tdm_error_set(err, TDM_ERR_FORMAT, "%s: %s.fill '%s' (want layer, profile or adaptive)",
                              name, where, out->fill);
     out->dram_gbps = opt_num(r, "dram_gbps", 0); /* null: the probe refused the count */
     out->cpu_ms = opt_num(r, "cpu_ms_per_token", 0);

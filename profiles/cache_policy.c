@@ -35,7 +35,7 @@ struct tdm_cache {
 };
 
 static const char *const policy_names[TDM_CACHE_N_POLICIES] = {
-    "static", "layer", "adaptive", "lru", "lfu", "oracle", "spread"};
+    "static", "layer", "adaptive", "lru", "lfu", "oracle"};
 
 const char *tdm_cache_policy_name(tdm_cache_policy p)
 {
@@ -249,11 +249,11 @@ static tdm_status initial_fill(tdm_cache *c, const tdm_cache_params *p, tdm_erro
         st = tdm_error_set(err, TDM_ERR_OOM, "cache: out of memory");
     } else if (p->policy == TDM_CACHE_ORACLE) {
         fill_in_order(c, order, first_use_order(c, order, seen));
-    } else if (p->profile && p->policy != TDM_CACHE_LAYER && p->policy != TDM_CACHE_SPREAD) {
+    } else if (p->profile && p->policy != TDM_CACHE_LAYER) {
         st = profile_order(c, p->profile, order, err);
         if (!st)
             fill_in_order(c, order, c->n_items);
-    } else { /* whole layers, the even ones first (per-layer pools: each layer's first experts) */
+    } else { /* whole layers: the even ones, then the odd ones */
         int32_t n = 0;
         for (int32_t parity = 0; parity < 2; parity++)
             for (int32_t l = parity; l < c->p.n_layer; l += 2)
@@ -289,7 +289,6 @@ tdm_status tdm_cache_new(const tdm_cache_params *p, tdm_cache **out, tdm_error *
     if (!c)
         return tdm_error_set(err, TDM_ERR_OOM, "cache: out of memory");
     c->p = *p;
-    c->p.per_layer |= p->policy == TDM_CACHE_SPREAD;
     c->n_items = p->n_layer * p->n_expert;
     c->n_slots = p->n_slots < c->n_items ? p->n_slots : c->n_items;
     size_t ni = (size_t)c->n_items, nl = (size_t)p->n_layer, ns = c->n_slots ? c->n_slots : 1;

@@ -20,13 +20,6 @@
  *             layers fit, each layer left without slots follows one that holds
  *             every expert: the GPU's decode prefetch reads the next layer's
  *             predicted misses while such a layer runs (forward_gpu.c).
- *   spread    the layer policy's order inside per-layer budgets (per_layer
- *             implied): every layer holds n_slots / n_layer experts, 0, 1,
- *             ... of each; never changes; a profile is not used. Under
- *             uniform routing it hits as often as the layer fill, but every
- *             layer misses about k x (1 - n_slots / (n_layer x n_expert))
- *             experts instead of some layers missing all k and the rest
- *             none, so the host's reads spread over every layer's GPU time.
  *   adaptive  starts from the profile fill (layer fill without one). Keeps a
  *             decayed use count per expert (+1 per use, x adapt_decay per
  *             token, seeded with the profile's per-token rate / (1 - decay)).
@@ -72,7 +65,6 @@ typedef enum tdm_cache_policy {
     TDM_CACHE_LRU,
     TDM_CACHE_LFU,
     TDM_CACHE_ORACLE,
-    TDM_CACHE_SPREAD,
     TDM_CACHE_N_POLICIES
 } tdm_cache_policy;
 

@@ -708,8 +708,7 @@ static void test_small_q4km(void **state)
 
 /* Each peer-greedy prompt with llama.cpp's greedy tokens appended, prompt as
  * a batch, continuation as decode steps: layer order at 0/50/100%, the
- * adaptive policy re-planning every 4 tokens, a pool of every core, the
- * spread fill (with the tuned direct share and the prefetch too). */
+ * adaptive policy re-planning every 4 tokens, a pool of every core. */
 static void test_demo(void **state)
 {
     (void)state;
@@ -733,9 +732,7 @@ static void test_demo(void **state)
                               {HALF, 0, -1, 0, -1, 0, 2},
                               {HALF, 0, TDM_CACHE_ADAPTIVE, 4, -1, -1, 2},
                               {HALF, 0, -1, 0, 2, 0, 2},
-                              {HALF, 0, -1, 0, 2, 0, 0, 3},
-                              {HALF, 0, TDM_CACHE_SPREAD, 0, -1},
-                              {HALF, 0, TDM_CACHE_SPREAD, 0, -1, -1, 2}};
+                              {HALF, 0, -1, 0, 2, 0, 0, 3}};
     int done = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(pg, "cases"))

@@ -158,7 +158,6 @@ usage "bad value for --fill" --fill ""
 usage "need --profile" --fill layer,adaptive
 usage "need --profile" --fill profile --device cpu
 usage "hybrid GPU path" --fill layer --device cpu
-usage "hybrid GPU path" --fill spread,layer --device cpu
 usage "hybrid GPU path" --validate --device cpu
 usage "hybrid GPU path" --profile profiles/demo.profile.json --device cpu
 usage "bad value for --gpu-mem" --gpu-mem 12X
@@ -218,7 +217,7 @@ base = d["runs"][0]
 d["runs"] = []
 for gib in (8, 12):
     for thr in (2, 4):
-        for fill in ("layer", "spread", "profile"):
+        for fill in ("layer", "profile"):
             r = dict(base, gpu_mem_gib=gib, threads=thr, fill=fill, decode_tok_s=10.0 * gib + thr,
                      bound_tok_s=20.0 * gib, projected_tok_s=None if thr == 2 else 15.0 * gib)
             d["runs"].append(r)

@@ -41,7 +41,7 @@ for budget in global per-layer; do
         bad "cachesim ($budget): $(cat "$tmp/sim.log")"
         continue
     fi
-    "$T" cachesim --routing "$tmp/heldout.bin" --slots 48 --profile "$PROFILE" $flag | tail -n 8
+    "$T" cachesim --routing "$tmp/heldout.bin" --slots 48 --profile "$PROFILE" $flag | tail -n 7
     if msg=$(python3 - "$tmp/sim-$budget.json" "$RESULTS" "$budget" <<'PY'
 import json, sys
 sim = json.load(open(sys.argv[1]))

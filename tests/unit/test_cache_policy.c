@@ -184,43 +184,6 @@ static void test_layer_fill_even_first(void **state)
     tdm_cache_free(c);
 }
 
-/* The spread fill gives every layer the same share, its first experts, in
- * per-layer budgets whatever per_layer says, ignores a profile and never
- * changes: 5 layers x 4 experts with 11 slots hold experts 0-2 of layer 0 and
- * 0-1 of the others. */
-static void test_spread_fill(void **state)
-{
-    (void)state;
-    static const int counts[20] = {[3] = 9, [7] = 9, [19] = 9}; /* a profile preferring others */
-    tdm_profile *prof = profile_from_counts(5, 4, 2, counts, 10);
-    for (int per_layer = 0; per_layer < 2; per_layer++) {
-        tdm_cache_params p;
-        tdm_cache *c;
-        tdm_error err;
-        tdm_cache_params_init(&p, TDM_CACHE_SPREAD, 5, 4, 2, 11);
-        p.per_layer = per_layer;
-        p.profile = per_layer ? prof : NULL;
-        assert_int_equal(tdm_cache_new(&p, &c, &err), TDM_OK);
-        for (int32_t l = 0; l < 5; l++) {
-            assert_int_equal(tdm_cache_layer_slots(c, l), l == 0 ? 3 : 2);
-            for (int32_t e = 0; e < 4; e++)
-                assert_int_equal(tdm_cache_slot(c, l, e) >= 0, e < (l == 0 ? 3 : 2));
-        }
-        const int32_t miss[2] = {2, 3};
-        const tdm_cache_swap *sw;
-        for (int64_t t = 0; t < 40; t++) /* misses load nothing */
-            for (int32_t l = 0; l < 5; l++) {
-                assert_int_equal(tdm_cache_access(c, t, l, miss, 2, NULL, NULL, &err), TDM_OK);
-                assert_int_equal(tdm_cache_swaps(c, &sw), 0);
-            }
-        assert_int_equal(tdm_cache_slot(c, 1, 2), -1);
-        tdm_cache_free(c);
-    }
-    tdm_profile_free(prof);
-    assert_int_equal(tdm_cache_policy_parse("spread"), TDM_CACHE_SPREAD);
-    assert_string_equal(tdm_cache_policy_name(TDM_CACHE_SPREAD), "spread");
-}
-
 /* Two layers x 3 experts, 3 slots, global budget. */
 static void test_global_budget(void **state)
 {
@@ -598,7 +561,6 @@ int main(void)
         cmocka_unit_test(test_adaptive_hand),
         cmocka_unit_test(test_global_budget),
         cmocka_unit_test(test_layer_fill_even_first),
-        cmocka_unit_test(test_spread_fill),
         cmocka_unit_test(test_oracle_bound),
         cmocka_unit_test(test_adaptive_never_evicts_current),
         cmocka_unit_test(test_no_ping_pong),

@@ -65,7 +65,6 @@ typedef struct run_cfg {
     int32_t adapt_every;
     int n_decode;
     int32_t direct;     /* params.direct; 0 here means the default (-1: none in the emulation) */
-    bool global;        /* one budget for all layers (the CLI's default) instead of per-layer ones */
 } run_cfg;
 
 /* Prompt batch + n_decode single tokens through both paths; returns the
@@ -98,7 +97,7 @@ static double run_pair(const char *path, const run_cfg *cfg, tdm_executor_stats 
     p.adapt_every = cfg->adapt_every;
     if (cfg->direct)
         p.direct = cfg->direct;
-    p.per_layer = !cfg->global; /* ~50% then means about half the experts of every layer */
+    p.per_layer = true; /* ~50% then means about half the experts of every layer */
     if (cfg->frac >= 0)
         p.n_slots = (int32_t)lround(cfg->frac * hp->n_layer * hp->n_expert);
     else
@@ -368,39 +367,11 @@ static void test_budget_no_slot(void **state)
     alarm(0);
 }
 
-/* The spread fill in the CLI's global budget: the same logits as the layer
- * fill, no swaps, every layer holding some experts (the layer fill's full
- * layers never wake the pool; with one MoE layer both fills are one). */
-static void test_spread_fill(void **state)
-{
-    (void)state;
-    alarm(WATCHDOG_S);
-    char paths[5][1200];
-    int n = n_paths(paths);
-    for (int i = 0; i < n; i++) {
-        tdm_executor_stats layer, spread;
-        tdm_pool_stats ps;
-        run_cfg c = {.frac = 0.5, .policy = TDM_CACHE_LAYER, .pool_threads = 1, .n_decode = N_DECODE,
-                     .global = true};
-        assert_true(run_pair(paths[i], &c, &layer, &ps) <= 1e-5);
-        c.policy = TDM_CACHE_SPREAD;
-        assert_true(run_pair(paths[i], &c, &spread, &ps) <= 1e-5);
-        assert_int_equal(spread.n_slots, layer.n_slots);
-        assert_true(spread.hits > 0 && spread.misses > 0);
-        assert_int_equal(spread.swaps, 0);
-        assert_int_equal(ps.jobs, spread.pool_wakes);
-        print_message("  layer fill woken %lld of %lld layer calls, spread %lld\n", (long long)layer.pool_wakes,
-                      (long long)layer.layers, (long long)spread.pool_wakes);
-        assert_true(spread.layers == spread.tokens ? spread.pool_wakes == layer.pool_wakes
-                                                   : spread.pool_wakes > layer.pool_wakes);
-    }
-    alarm(0);
-}
-
 /* The adapted direct share starts at half the misses the prefetch leaves in
- * a layer that misses: demo (8 layers x 24 experts, top-4) with 144 slots,
- * whole layers (6 full, 2 empty: 4 misses) or 18 experts in every layer
- * (1 miss). */
+ * a layer that misses, counted from the fill: demo (8 layers x 24 experts,
+ * top-4) under the layer fill with 144 slots (6 full layers, 2 empty: 4
+ * misses), 160 (6 full, one with 16 of 24, one empty: 2.67) and 190 (7
+ * full, one with 22: 0.33). */
 static void test_direct_start(void **state)
 {
     (void)state;
@@ -412,16 +383,16 @@ static void test_direct_start(void **state)
     assert_int_equal(tdm_model_load(demo, &m, &err), TDM_OK);
     const tdm_hparams *hp = tdm_model_hparams(m);
     assert_true(hp->n_layer == 8 && hp->n_expert == 24 && hp->n_expert_used == 4);
-    static const struct { int policy, prefetch, start; } cases[] = {
-        {TDM_CACHE_LAYER, 2, 1}, {TDM_CACHE_SPREAD, 2, 0}, {TDM_CACHE_LAYER, 0, 2}, {TDM_CACHE_SPREAD, 0, 1}};
+    static const struct { int slots, prefetch, start; } cases[] = {
+        {144, 2, 1}, {144, 0, 2}, {160, 2, 0}, {160, 0, 1}, {190, 2, 0}, {190, 0, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         tdm_executor_params p;
         tdm_executor_params_init(&p);
         p.n_ctx = 32;
         p.max_batch = 8;
         p.n_threads = 1;
-        p.n_slots = 144;
-        p.policy = cases[i].policy;
+        p.n_slots = cases[i].slots;
+        p.policy = TDM_CACHE_LAYER;
         p.prefetch = cases[i].prefetch;
         p.direct = -1;
         tdm_executor *x = NULL;
@@ -514,8 +485,7 @@ int main(void)
         cmocka_unit_test(test_budget_no_slot),   cmocka_unit_test(test_adaptive_swaps),
         cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_direct_share),
         cmocka_unit_test(test_direct_no_cache),  cmocka_unit_test(test_direct_all),
-        cmocka_unit_test(test_direct_tuner),     cmocka_unit_test(test_spread_fill),
-        cmocka_unit_test(test_direct_start),
+        cmocka_unit_test(test_direct_tuner),     cmocka_unit_test(test_direct_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
