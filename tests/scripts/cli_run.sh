@@ -2,16 +2,10 @@
 # CLI: `tandem run` on the demo model (greedy text = llama.cpp's, stderr
 # summary), `tandem chat`, `tandem logits` and `tandem generate-ids` against
 # the micro fixtures' float64 references, and bad-input handling.
-set -u
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
+# shellcheck source=tests/scripts/lib/suite.sh
+. "$(dirname "$0")/lib/suite.sh"
 T=$BUILD/tandem
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
-[ -x "$T" ] || { echo "FAIL: $T not built"; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+[ -x "$T" ] || fail "$T not built"
 
 # run: greedy on the default (demo) model reproduces llama.cpp's continuation
 TANDEM_MODEL="" "$T" run --device cpu -p "The jury said" -n 16 --temp 0 >"$tmp/out" 2>"$tmp/err"; rc=$?
@@ -75,4 +69,4 @@ done
 "$T" run -p hi -n -3 2>/dev/null; [ $? -eq 2 ] && ok "bad -n" || bad "bad -n"
 "$T" run -n 3 2>/dev/null; [ $? -eq 2 ] && ok "missing -p" || bad "missing -p"
 
-exit $fail
+exit $failed

@@ -7,9 +7,8 @@
 #    adaptive > static, oracle >= every policy; fails when one does not hold,
 #  - the hit rates agree with bench/results/cache_policies-demo.json,
 #  - profile merge, and refusal of a profile made for another model.
-set -u
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
+# shellcheck source=tests/scripts/lib/suite.sh
+. "$(dirname "$0")/lib/suite.sh"
 T=$BUILD/tandem
 MODEL=models/demo/demo-Q4_K_M.gguf
 PROFILE=profiles/demo.profile.json
@@ -17,13 +16,8 @@ RESULTS=bench/results/cache_policies-demo.json
 # one thread: the CPU forward's routing does not depend on it, and a loaded
 # CI machine runs spinning OpenMP teams very slowly
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
-[ -x "$T" ] || { echo "FAIL: $T not built"; exit 1; }
-[ -f "$MODEL" ] || { echo "FAIL: $MODEL missing"; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+[ -x "$T" ] || fail "$T not built"
+[ -f "$MODEL" ] || fail "$MODEL missing"
 
 if "$T" profile -m "$MODEL" --text-file profiles/corpus/heldout.txt -o "$tmp/heldout.json" \
         --dump-routing "$tmp/heldout.bin" 2>"$tmp/profile.log"; then
@@ -98,4 +92,4 @@ if "$T" profile merge "$tmp/trunc.json" "$PROFILE" -o "$tmp/x.json" 2>"$tmp/t.lo
 else
     ok "truncated profile refused: $(cat "$tmp/t.log")"
 fi
-exit $fail
+exit $failed
