@@ -369,8 +369,8 @@ tdm_status tdm_budget_inputs_for(const tdm_model *m, int32_t n_ctx, int32_t max_
     out->kv_bytes = out->kv_bytes_per_pos * (uint64_t)n_ctx;
     const int64_t conv_dim = hp->n_rec_layers ? tdm_hparams_conv_dim(hp) : 0;
     if (hp->n_rec_layers)
-        out->deltanet_bytes = (uint64_t)hp->n_rec_layers *
-                              ((uint64_t)(hp->ssm_conv_kernel - 1) * (uint64_t)conv_dim +
+        out->deltanet_bytes = (uint64_t)hp->n_rec_layers * /* the conv state in two halves (gpu.h) */
+                              (2u * (uint64_t)(hp->ssm_conv_kernel - 1) * (uint64_t)conv_dim +
                                (uint64_t)hp->ssm_n_v_heads * (uint64_t)hp->ssm_d_k * (uint64_t)hp->ssm_d_v) * 4u;
     int64_t q_rows = (int64_t)hp->n_head * hp->head_dim * (hp->attn_gated ? 2 : 1);
     int64_t wide = max64(max64(q_rows, conv_dim), max64((int64_t)hp->n_expert_used * hp->n_ff_exp, hp->n_ff_shexp));

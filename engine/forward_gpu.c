@@ -72,7 +72,6 @@ struct tdm_forward_gpu {
     /* state */
     uint16_t *kc, *vc;         /* device [n_attn][n_kv][n_ctx][head_dim] fp16 */
     float *rec;                /* device: conv [n_rec][K-1][conv_dim], then S [n_rec][H_v][d_k][d_v] */
-    uint32_t *dn_sync;         /* device [H_k] zeros: the one-token DeltaNet step's counters */
     size_t rec_floats, conv_floats;
 
     /* scratch (device) */
@@ -490,13 +489,12 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
                  k = (size_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 1);
     const size_t W = (size_t)f->wide, Hv = (size_t)(hp->ssm_n_v_heads > 0 ? hp->ssm_n_v_heads : 1);
     const size_t kv = (size_t)hp->n_attn_layers * (size_t)f->n_ctx * (size_t)f->kv_dim * 2;
-    f->conv_floats = (size_t)hp->n_rec_layers * (size_t)(hp->ssm_conv_kernel > 0 ? hp->ssm_conv_kernel - 1 : 0) *
-                     (size_t)f->conv_dim;
+    f->conv_floats = (size_t)hp->n_rec_layers * 2u * /* two halves a layer (tdm_gpu_ssm_conv) */
+                     (size_t)(hp->ssm_conv_kernel > 0 ? hp->ssm_conv_kernel - 1 : 0) * (size_t)f->conv_dim;
     f->rec_floats = f->conv_floats + (size_t)hp->n_rec_layers * hp->ssm_n_v_heads * hp->ssm_d_k * hp->ssm_d_v;
     tdm_status st = TDM_OK;
 #define DA(ptr, bytes) if (!st) st = dalloc(f, (bytes), &f->ptr, err)
     DA(kc, kv); DA(vc, kv); DA(rec, f->rec_floats * sizeof(float));
-    DA(dn_sync, (size_t)max64(hp->ssm_n_k_heads, 1) * 4);
     DA(span_x, S * d * 4); DA(span_xn, S * d * 4); DA(tmp, B * d * 4);
     DA(p1, B * W * 4); DA(p2, B * W * 4); DA(p3, B * W * 4);
     DA(q, B * W * 4); DA(gate, B * W * 4); DA(ao, B * W * 4);
@@ -542,8 +540,6 @@ static tdm_status alloc_state(tdm_forward_gpu *f, tdm_error *err)
     free(id);
     if (!st)
         st = tdm_gpu_memset(f->g, f->zeros, 0, B * 4, err);
-    if (!st)
-        st = tdm_gpu_memset(f->g, f->dn_sync, 0, (size_t)max64(hp->ssm_n_k_heads, 1) * 4, err);
     if (!st && f->attn_bytes)
         st = tdm_gpu_memset(f->g, f->attn_scratch, 0, f->attn_bytes, err);
     if (!st)
@@ -1135,7 +1131,7 @@ static tdm_status deltanet_layer(tdm_forward_gpu *f, const tdm_layer *L, const g
 {
     const tdm_hparams *hp = f->hp;
     const int64_t d = hp->n_embd, Hv = hp->ssm_n_v_heads, K = hp->ssm_conv_kernel;
-    float *conv_state = f->rec + (size_t)L->slot * (size_t)(K - 1) * f->conv_dim;
+    float *conv_state = f->rec + (size_t)L->slot * 2u * (size_t)(K - 1) * f->conv_dim;
     float *S = f->rec + f->conv_floats + (size_t)L->slot * Hv * hp->ssm_d_k * hp->ssm_d_v;
     float *z = f->p2, *alpha = f->alpha;
     void *xq = xq_for(f, n, d);
@@ -1160,12 +1156,12 @@ static tdm_status deltanet_layer(tdm_forward_gpu *f, const tdm_layer *L, const g
     void *oq = xq_for(f, n, Hv * hp->ssm_d_v);
     if (n == 1 && tdm_gpu_deltanet_step_fits(&sh, K, oq != NULL)) { /* conv, recurrence, norm: one launch */
         const tdm_gpu_deltanet_step_io io = {
-            .qkv = f->p1, .conv_w = gl->conv.d, .conv_state = conv_state, .kernel = K, .beta = f->beta,
-            .alpha = alpha, .ssm_a = gl->a.d, .dt_bias = gl->dt.d, .state = S, .z = z,
-            .norm_w = gl->ssm_norm.d, .norm_eps = hp->norm_eps, .y = f->q, .yq = oq, .sync = f->dn_sync};
+            .qkv = f->p1, .conv_w = gl->conv.d, .conv_state = conv_state, .pos = f->pos, .kernel = K,
+            .beta = f->beta, .alpha = alpha, .ssm_a = gl->a.d, .dt_bias = gl->dt.d, .state = S, .z = z,
+            .norm_w = gl->ssm_norm.d, .norm_eps = hp->norm_eps, .y = f->q, .yq = oq};
         TRY(tdm_gpu_deltanet_step(f->g, &sh, &io, err));
     } else {
-        TRY(tdm_gpu_ssm_conv(f->g, f->p1, gl->conv.d, conv_state, f->p3, n, f->conv_dim, K, err));
+        TRY(tdm_gpu_ssm_conv(f->g, f->p1, gl->conv.d, conv_state, f->pos, f->p3, n, f->conv_dim, K, err));
         TRY(tdm_gpu_deltanet(f->g, &sh, f->p3, f->beta, alpha, gl->a.d, gl->dt.d, S, f->ao, n, err));
         TRY(tdm_gpu_rmsnorm_gated(f->g, f->ao, z, gl->ssm_norm.d, f->q, oq, (int64_t)n * Hv, hp->ssm_d_v, Hv,
                                   hp->norm_eps, err));

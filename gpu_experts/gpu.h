@@ -306,10 +306,15 @@ tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc, con
 
 /* Causal depthwise conv + SiLU over ntok tokens, continuing from the state.
  * u: [ntok][channels] pre-conv inputs; w: [channels][kernel] (GGUF ssm_conv1d,
- * tap kernel-1 multiplies the current token); state: [kernel-1][channels],
- * the previous kernel-1 inputs, oldest first, updated in place;
- * y: [ntok][channels]. kernel in 2..8. */
-tdm_status tdm_gpu_ssm_conv(tdm_gpu *g, const float *u, const float *w, float *state, float *y,
+ * tap kernel-1 multiplies the current token); state: two halves
+ * [2][kernel-1][channels], each the kernel-1 inputs before some position,
+ * oldest first: the inputs before position p are in half p & 1; pos: device
+ * memory, the first token's position p0 (read by the kernel, so a recorded
+ * launch serves every position): reads half p0 & 1, writes half
+ * (p0 + ntok) & 1 (the same half for an even ntok: in place). Two halves let
+ * the one-token step (below) read the old inputs in every block while one
+ * block writes the new ones. y: [ntok][channels]. kernel in 2..8. */
+tdm_status tdm_gpu_ssm_conv(tdm_gpu *g, const float *u, const float *w, float *state, const int32_t *pos, float *y,
                             int64_t ntok, int64_t channels, int64_t kernel, tdm_error *err);
 
 typedef enum tdm_gpu_head_map {
@@ -349,7 +354,8 @@ tdm_status tdm_gpu_deltanet(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh, const 
 typedef struct tdm_gpu_deltanet_step_io {
     const float *qkv;             /* [2*H_k*d_k + H_v*d_v] the conv's inputs (q | k | v) */
     const float *conv_w;          /* [channels][kernel] */
-    float *conv_state;            /* [kernel-1][channels], updated in place */
+    float *conv_state;            /* [2][kernel-1][channels], tdm_gpu_ssm_conv's two halves */
+    const int32_t *pos;           /* this token's position p: reads half p & 1, writes (p + 1) & 1 */
     int64_t kernel;               /* conv taps */
     const float *beta, *alpha;    /* [H_v] raw projections */
     const float *ssm_a, *dt_bias; /* [H_v] */
@@ -360,8 +366,6 @@ typedef struct tdm_gpu_deltanet_step_io {
     float *y;                     /* [H_v * d_v] */
     void *yq;                     /* NULL, or y's int8 copy as one row: tdm_gpu_xq8_bytes(1, H_v * d_v)
                                      bytes, 16-byte aligned */
-    uint32_t *sync;               /* [H_k] zero before the first call, left zero by every call
-                                     (NULL allowed when H_v == H_k) */
 } tdm_gpu_deltanet_step_io;
 
 /* Whether tdm_gpu_deltanet_step takes this shape: d_k 16..128 (a power of
@@ -370,10 +374,9 @@ typedef struct tdm_gpu_deltanet_step_io {
 bool tdm_gpu_deltanet_step_fits(const tdm_gpu_deltanet_shape *sh, int64_t kernel, bool copy);
 
 /* The step (TDM_ERR_UNSUPPORTED where it does not fit). Under programmatic
- * dependent launch it reads qkv and z (and the states) while the launch
+ * dependent launch it reads qkv, z, pos and the states while the launch
  * before may still run: those must not be written by the launch right
- * before it (beta and alpha may be). Calls sharing sync run in stream
- * order. */
+ * before it (beta and alpha may be). */
 tdm_status tdm_gpu_deltanet_step(tdm_gpu *g, const tdm_gpu_deltanet_shape *sh,
                                  const tdm_gpu_deltanet_step_io *io, tdm_error *err);
 

@@ -19,13 +19,20 @@ __device__ __forceinline__ float conv_out(const float *tap, const float *win, in
     return tdm_silu(s);
 }
 
+/* Half h of the conv state's two ([2][kernel - 1][channels], gpu.h). */
+__device__ __forceinline__ float *conv_half(float *state, int64_t h, int64_t channels, int kernel)
+{
+    return state + (h & 1) * (int64_t)(kernel - 1) * channels;
+}
+
 /* One thread per (channel, group of CONV_TOK tokens): a token's window is
  * the kernel - 1 inputs before it, from u or, before the batch, from the
- * state ([kernel - 1][channels], oldest first). Group 0's thread writes the
- * channel's new state after its own reads; no other thread touches it. */
+ * state's half *pos & 1 (oldest first). Group 0's thread writes the
+ * channel's new state into half (*pos + ntok) & 1 after its own reads; no
+ * other thread touches either. */
 __global__ void ssm_conv_kernel(const float *__restrict__ u, const float *__restrict__ w,
-                                float *state, float *__restrict__ y, int64_t ntok,
-                                int64_t channels, int kernel)
+                                float *state, const int32_t *__restrict__ pos, float *__restrict__ y,
+                                int64_t ntok, int64_t channels, int kernel)
 {
     tdm_pdl_enter();
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -35,9 +42,10 @@ __global__ void ssm_conv_kernel(const float *__restrict__ u, const float *__rest
     float win[CONV_MAX_K], tap[CONV_MAX_K], old[CONV_MAX_K];
     for (int i = 0; i < kernel; i++)
         tap[i] = w[c * kernel + i];
+    const float *in = t0 == 0 ? conv_half(state, *pos, channels, kernel) : NULL;
     for (int i = 0; i < kernel - 1; i++) {
         const int64_t s = t0 - (kernel - 1) + i;
-        old[i] = t0 == 0 ? state[i * channels + c] : 0.0f;
+        old[i] = in ? in[i * channels + c] : 0.0f;
         win[i] = s >= 0 ? u[s * channels + c] : old[kernel - 1 + s];
     }
     for (int64_t t = t0; t < t1; t++) {
@@ -49,24 +57,25 @@ __global__ void ssm_conv_kernel(const float *__restrict__ u, const float *__rest
     }
     if (t0 != 0)
         return;
+    float *out = conv_half(state, *pos + ntok, channels, kernel);
     for (int i = 0; i < kernel - 1; i++) {
         const int64_t s = ntok - (kernel - 1) + i;
-        state[i * channels + c] = s >= 0 ? u[s * channels + c] : old[kernel - 1 + s];
+        out[i * channels + c] = s >= 0 ? u[s * channels + c] : old[kernel - 1 + s];
     }
 }
 
 extern "C" tdm_status tdm_gpu_ssm_conv(tdm_gpu *g, const float *u, const float *w, float *state,
-                                       float *y, int64_t ntok, int64_t channels, int64_t kernel,
-                                       tdm_error *err)
+                                       const int32_t *pos, float *y, int64_t ntok, int64_t channels,
+                                       int64_t kernel, tdm_error *err)
 {
-    TDM_REQUIRE(err, u && w && state && y, "gpu ssm_conv: NULL argument");
+    TDM_REQUIRE(err, u && w && state && pos && y, "gpu ssm_conv: NULL argument");
     TDM_REQUIRE(err, kernel >= 2 && kernel <= CONV_MAX_K, "gpu ssm_conv: kernel %lld outside 2..%d",
                 (long long)kernel, CONV_MAX_K);
     TDM_REQUIRE(err, ntok > 0 && channels > 0, "gpu ssm_conv: bad shape ntok=%lld channels=%lld",
                 (long long)ntok, (long long)channels);
     TDM_REQUIRE(err, ntok / CONV_TOK < 65535, "gpu ssm_conv: ntok=%lld", (long long)ntok);
     const dim3 grid(tdm_cdiv(channels, 128), (unsigned)tdm_cdiv(ntok, CONV_TOK));
-    TDM_LAUNCH(err, g, ssm_conv_kernel, grid, 128, 0, u, w, state, y, ntok, channels, (int)kernel);
+    TDM_LAUNCH(err, g, ssm_conv_kernel, grid, 128, 0, u, w, state, pos, y, ntok, channels, (int)kernel);
     return TDM_OK;
 }
 
@@ -185,13 +194,14 @@ __device__ __forceinline__ int64_t dns_channel(const dns_args &a, int dk, int kh
 }
 
 /* Block = value head j, DN_KSPLIT threads per value column. Ahead of the
- * PDL wait (qkv and z are written two launches back, gpu.h): the head's
+ * PDL wait (qkv, z and pos are written two launches back, gpu.h): the head's
  * state into registers, the conv of its q, k and v channels, q's and k's
  * norms. After it: beta and alpha (the launch right before), the update, the
- * gated norm of the head's output, y and its int8 copy, the state. The conv
- * state of v's channels is the block's own; q's and k's belong to every value
- * head of key head kh: each block reads the old values, the last of them to
- * pass a counter (sync[kh]) writes the new ones and zeroes the counter. */
+ * gated norm of the head's output, y and its int8 copy, the state. Every
+ * block reads the old conv inputs from one half of the conv state and writes
+ * the new ones into the other (gpu.h): its v channels, and, for the first
+ * value head of key head kh, q's and k's, which all of kh's value heads read:
+ * no block can replace an input another has yet to read. */
 template <int RPT>
 __global__ void __launch_bounds__(DNS_MAX_THREADS)
     deltanet_step_kernel(dns_args a)
@@ -199,7 +209,6 @@ __global__ void __launch_bounds__(DNS_MAX_THREADS)
     constexpr int DK = RPT * DN_KSPLIT;
     extern __shared__ float dns_smem[]; /* u [nch], old inputs [kernel - 1][nch], conv out [nch], y [d_v] */
     __shared__ float s_red[32];
-    __shared__ int s_last;
     const tdm_gpu_deltanet_step_io &p = a.p;
     const int j = blockIdx.x, ks = threadIdx.x % DN_KSPLIT, col = threadIdx.x / DN_KSPLIT;
     const int kh = a.grouped ? j / a.group : j % a.n_kh, nch = 2 * DK + a.d_v, K = a.kernel;
@@ -210,10 +219,12 @@ __global__ void __launch_bounds__(DNS_MAX_THREADS)
     for (int r = 0; r < RPT; r++)
         s[r] = S[(int64_t)(ks + DN_KSPLIT * r) * a.d_v + col];
     const float a_j = p.ssm_a[j], dt_j = p.dt_bias[j], nw = p.norm_w[col], zv = p.z[(int64_t)j * a.d_v + col];
+    const int32_t pos = *p.pos;
+    const float *cin = conv_half(p.conv_state, pos, a.channels, K);
     for (int c = threadIdx.x; c < nch; c += blockDim.x) {
         const int64_t ch = dns_channel(a, DK, kh, j, c);
         for (int i = 0; i < K - 1; i++)
-            sold[i * nch + c] = p.conv_state[i * a.channels + ch];
+            sold[i * nch + c] = cin[i * a.channels + ch];
         su[c] = p.qkv[ch];
         sc[c] = conv_out(p.conv_w + ch * K, sold + c, nch, su[c], K);
     }
@@ -238,26 +249,18 @@ __global__ void __launch_bounds__(DNS_MAX_THREADS)
 #pragma unroll
     for (int i = 0; i < RPT; i++)
         S[(int64_t)(ks + DN_KSPLIT * i) * a.d_v + col] = s[i];
-    if (threadIdx.x == 0) {
-        bool last = true;
-        if (a.group > 1) { /* every read of the old q, k inputs is before this */
-            __threadfence();
-            last = atomicAdd(p.sync + kh, 1u) == (unsigned)a.group - 1;
-            if (last) {
-                atomicExch(p.sync + kh, 0u);
-                __threadfence();
-            }
-        }
-        s_last = last;
-    }
-    __syncthreads();
-    for (int c = (s_last ? 0 : 2 * DK) + threadIdx.x; c < nch; c += blockDim.x) {
+    float *cout = conv_half(p.conv_state, pos + 1, a.channels, K);
+    const bool qk_writer = j == (a.grouped ? kh * a.group : kh);
+    for (int c = (qk_writer ? 0 : 2 * DK) + threadIdx.x; c < nch; c += blockDim.x) {
         const int64_t ch = dns_channel(a, DK, kh, j, c);
         for (int i = 0; i < K - 1; i++)
-            p.conv_state[i * a.channels + ch] = i + 2 < K ? sold[(i + 1) * nch + c] : su[c];
+            cout[i * a.channels + ch] = i + 2 < K ? sold[(i + 1) * nch + c] : su[c];
     }
+    if (!p.yq)
+        return;
+    __syncthreads(); /* sy is complete */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (p.yq && warp < a.d_v / 32) { /* whole groups of 32 (d_v % 32 == 0 with a copy) */
+    if (warp < a.d_v / 32) { /* whole groups of 32 (d_v % 32 == 0 with a copy) */
         int8_t *q = (int8_t *)p.yq;
         tdm_xq_put32(sy[warp * 32 + lane], q, (uint2 *)(q + a.pitch), j * (a.d_v / 32) + warp);
     }
@@ -289,8 +292,8 @@ extern "C" tdm_status tdm_gpu_deltanet_step(tdm_gpu *g, const tdm_gpu_deltanet_s
                                             const tdm_gpu_deltanet_step_io *p, tdm_error *err)
 {
     TDM_REQUIRE(err, sh && p, "gpu deltanet_step: NULL argument");
-    TDM_REQUIRE(err, p->qkv && p->conv_w && p->conv_state && p->beta && p->alpha && p->ssm_a && p->dt_bias &&
-                         p->state && p->z && p->norm_w && p->y && (p->sync || sh->n_v_head == sh->n_k_head),
+    TDM_REQUIRE(err, p->qkv && p->conv_w && p->conv_state && p->pos && p->beta && p->alpha && p->ssm_a &&
+                         p->dt_bias && p->state && p->z && p->norm_w && p->y,
                 "gpu deltanet_step: NULL argument");
     TDM_REQUIRE(err, !p->yq || ((uintptr_t)p->yq & 15) == 0, "gpu deltanet_step: int8 copy not 16-byte aligned");
     if (!tdm_gpu_deltanet_step_fits(sh, p->kernel, p->yq != NULL))

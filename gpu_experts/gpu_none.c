@@ -270,10 +270,10 @@ tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc, con
     return NO_CUDA(err, "gpu attention");
 }
 
-tdm_status tdm_gpu_ssm_conv(tdm_gpu *g, const float *u, const float *w, float *state, float *y,
+tdm_status tdm_gpu_ssm_conv(tdm_gpu *g, const float *u, const float *w, float *state, const int32_t *pos, float *y,
                             int64_t ntok, int64_t channels, int64_t kernel, tdm_error *err)
 {
-    (void)g, (void)u, (void)w, (void)state, (void)y, (void)ntok, (void)channels, (void)kernel;
+    (void)g, (void)u, (void)w, (void)state, (void)pos, (void)y, (void)ntok, (void)channels, (void)kernel;
     return NO_CUDA(err, "gpu ssm_conv");
 }
 

@@ -371,29 +371,40 @@ static void ref_conv(const float *u, const float *w, double *st, double *y, int6
         }
 }
 
-/* Batches in sequence, state carried: 5, 1, 2 (shorter than the window: the
- * new state mixes old state and inputs), 37 (three token groups, the last
- * partial) tokens. */
+static double *to_f64(const float *x, int64_t n)
+{
+    double *d = dalloc(n);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = x[i];
+    return d;
+}
+
+/* Batches in sequence from position 1, state carried: 5, 1, 2 (shorter
+ * than the window: the new state mixes old state and inputs; from an odd
+ * position to an odd one, so in place), 37 (three token groups, the last
+ * partial) tokens. The state starts in half 1 with half 0 poisoned, so a
+ * read of the wrong half shows as NaN; it ends in half (1 + 45) & 1 = 0. */
 static void test_ssm_conv(void **state)
 {
     (void)state;
     enum { NB = 4 };
-    const int64_t ch = 1001, K = 4, nb[NB] = {5, 1, 2, 37}, n = 5 + 1 + 2 + 37;
-    float *u = frand(n * ch, 1.0f), *w = frand(ch * K, 0.5f), *st0 = frand((K - 1) * ch, 1.0f);
-    double *st = dalloc((K - 1) * ch), *ref = dalloc(n * ch);
-    for (int64_t i = 0; i < (K - 1) * ch; i++)
-        st[i] = st0[i];
+    const int64_t ch = 1001, K = 4, nb[NB] = {5, 1, 2, 37}, n = 5 + 1 + 2 + 37, half = (K - 1) * ch;
+    const int32_t p0[NB] = {1, 6, 7, 9};
+    float *u = frand(n * ch, 1.0f), *w = frand(ch * K, 0.5f), *st0 = frand(half, 1.0f);
+    double *st = to_f64(st0, half), *ref = dalloc(n * ch);
     float *du = dev_upload(u, sizeof(float) * n * ch), *dw = dev_upload(w, sizeof(float) * ch * K);
-    float *dst = dev_upload(st0, sizeof(float) * (K - 1) * ch), *dy = dev_poisoned(n * ch);
+    float *dst = dev_poisoned(2 * half), *dy = dev_poisoned(n * ch);
+    int32_t *dpos = dev_upload(p0, sizeof p0);
+    GPU_OK(tdm_gpu_upload(g_gpu, dst + half, st0, sizeof(float) * half, ERR));
     for (int64_t b = 0, t0 = 0; b < NB; t0 += nb[b++]) {
         ref_conv(u + t0 * ch, w, st, ref + t0 * ch, nb[b], ch, K);
-        GPU_OK(tdm_gpu_ssm_conv(g_gpu, du + t0 * ch, dw, dst, dy + t0 * ch, nb[b], ch, K, ERR));
+        GPU_OK(tdm_gpu_ssm_conv(g_gpu, du + t0 * ch, dw, dst, dpos + b, dy + t0 * ch, nb[b], ch, K, ERR));
     }
-    float *y = dev_download_f32(dy, n * ch), *sto = dev_download_f32(dst, (K - 1) * ch);
+    float *y = dev_download_f32(dy, n * ch), *sto = dev_download_f32(dst, half);
     check_close("ssm_conv 1001 ch, 5 + 1 + 2 + 37 tokens", y, ref, NULL, n * ch, 1e-5, 1e-6);
-    check_close("ssm_conv state", sto, st, NULL, (K - 1) * ch, 0, 0);
+    check_close("ssm_conv state", sto, st, NULL, half, 0, 0);
     free(u), free(w), free(st0), free(st), free(ref), free(y), free(sto);
-    dev_free(du), dev_free(dw), dev_free(dst), dev_free(dy);
+    dev_free(du), dev_free(dw), dev_free(dst), dev_free(dy), dev_free(dpos);
 }
 
 typedef struct dn_case {
@@ -499,14 +510,6 @@ static void dn_check(const char *what, const float *go, const float *gS, const d
     check_close(w2, gS, S, NULL, ssz, 1e-4, 1e-4 * rms(S, ssz));
 }
 
-static double *to_f64(const float *x, int64_t n)
-{
-    double *d = dalloc(n);
-    for (int64_t i = 0; i < n; i++)
-        d[i] = x[i];
-    return d;
-}
-
 /* alpha_shift moves softplus(alpha + dt): 0 gives fast-forgetting heads,
  * -8 nearly no decay (the state carries across many chunks). */
 static void run_deltanet(int64_t nk, int64_t nv, int64_t dk, int64_t dv, tdm_gpu_head_map map,
@@ -597,10 +600,11 @@ static void test_deltanet_chunked(void **state)
 }
 
 /* One decode token's conv, recurrence and gated norm in one launch
- * (tdm_gpu_deltanet_step), ntok tokens in sequence with the conv state, the
- * recurrent state and the key heads' counters carried on the device, against
- * the float64 conv, recurrence and gated norm above; the int8 copy byte for
- * byte against the host's quantisation of y; the conv state exactly. As in
+ * (tdm_gpu_deltanet_step), ntok tokens in sequence from position 3 with the
+ * conv state (in half 1, half 0 poisoned: ssm_conv's test) and the recurrent
+ * state carried on the device, against the float64 conv, recurrence and
+ * gated norm above; the int8 copy byte for byte against the host's
+ * quantisation of y; the conv state exactly, in half (3 + ntok) & 1. As in
  * the forward, each token's beta comes from the kernel launched right before
  * the step (here a fill over a poisoned buffer, one value per token), the
  * step's other inputs and states from two or more launches back (gpu.h). */
@@ -635,40 +639,40 @@ static void run_deltanet_step(int64_t nk, int64_t nv, int64_t dk, int64_t dv, td
         }
     }
     float *du = dev_upload(u, sizeof(float) * ntok * ch), *dw = dev_upload(w, sizeof(float) * ch * K);
-    float *dcs = dev_upload(cs0, sizeof(float) * (K - 1) * ch), *dS = dev_upload(s0, sizeof(float) * ssz);
+    const int64_t half = (K - 1) * ch, p0 = 3;
+    float *dcs = dev_poisoned(2 * half), *dS = dev_upload(s0, sizeof(float) * ssz);
+    GPU_OK(tdm_gpu_upload(g_gpu, dcs + half, cs0, sizeof(float) * half, ERR));
+    int32_t *pos = malloc(sizeof(int32_t) * ntok);
+    assert_non_null(pos);
+    for (int64_t t = 0; t < ntok; t++)
+        pos[t] = (int32_t)(p0 + t);
+    int32_t *dpos = dev_upload(pos, sizeof(int32_t) * ntok);
     float *db = dev_poisoned(ntok * nv), *da = dev_upload(alpha, sizeof(float) * ntok * nv);
     float *dA = dev_upload(A, sizeof(float) * nv), *ddt = dev_upload(dt, sizeof(float) * nv);
     float *dz = dev_upload(z, sizeof(float) * ntok * nout), *dnw = dev_upload(nw, sizeof(float) * dv);
     float *dy = dev_poisoned(ntok * nout);
-    uint32_t *dsync = dev_alloc(nk * sizeof(uint32_t));
-    GPU_OK(tdm_gpu_memset(g_gpu, dsync, 0, nk * sizeof(uint32_t), ERR));
     const size_t qb = tdm_gpu_xq8_bytes(1, nout);
     uint8_t *dq = copy ? dev_alloc(ntok * qb) : NULL;
     if (copy)
         GPU_OK(tdm_gpu_memset(g_gpu, dq, 0xA5, ntok * qb, ERR));
     for (int64_t t = 0; t < ntok; t++) {
         const tdm_gpu_deltanet_step_io io = {
-            .qkv = du + t * ch, .conv_w = dw, .conv_state = dcs, .kernel = K, .beta = db + t * nv,
-            .alpha = da + t * nv, .ssm_a = dA, .dt_bias = ddt, .state = dS, .z = dz + t * nout, .norm_w = dnw,
-            .norm_eps = norm_eps, .y = dy + t * nout, .yq = copy ? dq + t * qb : NULL, .sync = dsync};
+            .qkv = du + t * ch, .conv_w = dw, .conv_state = dcs, .pos = dpos + t, .kernel = K,
+            .beta = db + t * nv, .alpha = da + t * nv, .ssm_a = dA, .dt_bias = ddt, .state = dS,
+            .z = dz + t * nout, .norm_w = dnw, .norm_eps = norm_eps, .y = dy + t * nout,
+            .yq = copy ? dq + t * qb : NULL};
         GPU_OK(tdm_gpu_fill_f32(g_gpu, db + t * nv, beta[t * nv], nv, ERR));
         GPU_OK(tdm_gpu_deltanet_step(g_gpu, &sh, &io, ERR));
     }
     float *y = dev_download_f32(dy, ntok * nout), *gS = dev_download_f32(dS, ssz);
-    float *gcs = dev_download_f32(dcs, (K - 1) * ch);
-    uint32_t left[64];
-    assert_true(nk <= 64);
-    GPU_OK(tdm_gpu_download(g_gpu, left, dsync, nk * sizeof(uint32_t), ERR));
-    for (int64_t i = 0; i < nk; i++)
-        if (left[i] != 0)
-            fail_msg("deltanet_step: key head %lld's counter left at %u", (long long)i, left[i]);
+    float *gcs = dev_download_f32(dcs + ((p0 + ntok) & 1) * half, half);
     char what[160];
     snprintf(what, sizeof what, "deltanet_step %lldk/%lldv dk %lld dv %lld %s conv %lld, %lld tokens%s",
              (long long)nk, (long long)nv, (long long)dk, (long long)dv,
              map == TDM_GPU_HEADS_GROUPED ? "grouped" : "tiled", (long long)K, (long long)ntok,
              copy ? " + int8 copy" : "");
     check_close(what, y, ref, NULL, ntok * nout, 1e-4, 1e-4 * rms(ref, ntok * nout));
-    check_close("  its conv state", gcs, cst, NULL, (K - 1) * ch, 0, 0);
+    check_close("  its conv state", gcs, cst, NULL, half, 0, 0);
     check_close("  its recurrent state", gS, S, NULL, ssz, 1e-4, 1e-4 * rms(S, ssz));
     if (copy) {
         uint8_t *got = malloc(ntok * qb), *want = malloc(ntok * qb);
@@ -684,9 +688,9 @@ static void run_deltanet_step(int64_t nk, int64_t nv, int64_t dk, int64_t dv, td
         dev_free(dq);
     }
     free(u), free(w), free(cs0), free(beta), free(alpha), free(dt), free(z), free(nw), free(s0), free(cyf);
-    free(A), free(cst), free(S), free(cy), free(o), free(ref), free(y), free(gS), free(gcs);
+    free(A), free(cst), free(S), free(cy), free(o), free(ref), free(y), free(gS), free(gcs), free(pos);
     dev_free(du), dev_free(dw), dev_free(dcs), dev_free(dS), dev_free(db), dev_free(da), dev_free(dA);
-    dev_free(ddt), dev_free(dz), dev_free(dnw), dev_free(dy), dev_free(dsync);
+    dev_free(ddt), dev_free(dz), dev_free(dnw), dev_free(dy), dev_free(dpos);
 }
 
 static void test_deltanet_step(void **state)
@@ -711,9 +715,9 @@ static void test_deltanet_step(void **state)
     tdm_gpu_deltanet_step_io io = {.qkv = p, .conv_w = p, .conv_state = p, .kernel = 4, .beta = p, .alpha = p,
                                    .ssm_a = p, .dt_bias = p, .state = p, .z = p, .norm_w = p, .y = p};
     tdm_error e = {0};
-    assert_int_equal(tdm_gpu_deltanet_step(g_gpu, &ok, &io, &e), TDM_ERR_INVALID); /* no counters */
+    assert_int_equal(tdm_gpu_deltanet_step(g_gpu, &ok, &io, &e), TDM_ERR_INVALID); /* no position */
     printf("  %s\n", e.msg);
-    io.sync = (uint32_t *)p;
+    io.pos = (const int32_t *)p;
     assert_int_equal(tdm_gpu_deltanet_step(g_gpu, &bad[1], &io, &e), TDM_ERR_UNSUPPORTED);
     printf("  %s\n", e.msg);
     dev_free(p);
