@@ -71,7 +71,7 @@ struct tdm_forward_gpu {
 
     /* state */
     uint16_t *kc, *vc;         /* device [n_attn][n_kv][n_ctx][head_dim] fp16 */
-    float *rec;                /* device: conv [n_rec][K-1][conv_dim], then S [n_rec][H_v][d_k][d_v] */
+    float *rec;                /* device: conv [n_rec][2][K-1][conv_dim] (two halves), then S [n_rec][H_v][d_k][d_v] */
     size_t rec_floats, conv_floats;
 
     /* scratch (device) */
