@@ -113,14 +113,19 @@ static void futex_wake(_Atomic uint32_t *addr, int n)
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
+/* Whether the kick window *awake_until (NULL: none) is open now. */
+static bool window_open(const _Atomic uint64_t *awake_until)
+{
+    return awake_until && now_ns() < atomic_load_explicit(awake_until, memory_order_relaxed);
+}
+
 /* Whether a waiter past i rounds spins on: its first spin rounds, then while
- * the kick window *awake_until (NULL: none) is open, the clock read every
- * 1024 rounds. */
+ * the kick window is open, the clock read every 1024 rounds. */
 static bool keep_spinning(int i, int spin, const _Atomic uint64_t *awake_until)
 {
     if (i < spin)
         return true;
-    return awake_until && ((i & 1023) || now_ns() < atomic_load_explicit(awake_until, memory_order_relaxed));
+    return awake_until && ((i & 1023) || window_open(awake_until));
 }
 
 /* Returns *seq once it differs from last: spins (pause) as keep_spinning
@@ -128,7 +133,8 @@ static bool keep_spinning(int i, int spin, const _Atomic uint64_t *awake_until)
  * with a 1 ms timeout (a publisher that cannot wake it, a GPU kernel, is
  * still served within a millisecond). A wake (a host publish, the driver
  * starting a job, tdm_pool_kick) restarts the spinning, as work is expected
- * again; a timeout does not. While spinning or yielding it also returns last
+ * again; a timeout does not, unless the kick window is open: a kick whose
+ * wake fell between two timed waits is then not lost. While spinning or yielding it also returns last
  * when *aux (if not NULL) differs from aux_last. Used by the driver on
  * dev_seq (spin; aux: the hints) and the workers on gen (spin_busy). */
 static uint32_t wait_change(int spin, const _Atomic uint64_t *awake_until, _Atomic uint32_t *seq, uint32_t last,
@@ -156,7 +162,7 @@ static uint32_t wait_change(int spin, const _Atomic uint64_t *awake_until, _Atom
         atomic_fetch_add(sleeping, 1);
         bool woken = false;
         while ((s = atomic_load(seq)) == last && !woken)
-            woken = futex_wait(seq, last, 1000000L) == 0;
+            woken = futex_wait(seq, last, 1000000L) == 0 || window_open(awake_until);
         atomic_fetch_sub(sleeping, 1);
         if (s != last)
             return s;

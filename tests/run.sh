@@ -25,7 +25,6 @@ run_suite() {
         passed=$((passed + 1)); echo "ok   ($((SECONDS - start)) s)"
     else
         failed=$((failed + 1)); failed_names+=("$name"); echo "FAIL ($((SECONDS - start)) s)"
-        tail -n 40 "$log" | sed 's/^/    | /'
     fi
 }
 
@@ -39,6 +38,12 @@ else
     fi
 fi
 
+# The failures' log tails come last, next to the summary: a CI report that
+# keeps only the end of the output still shows why.
+for name in "${failed_names[@]}"; do
+    echo "--- $name: the end of $logs/$name.log"
+    tail -n 25 "$logs/$name.log" | sed 's/^/    | /'
+done
 [ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]} (logs in $logs)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
