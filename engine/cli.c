@@ -150,7 +150,7 @@ tdm_status tdm_cli_place_experts(tdm_model *m, tdm_expert_memory mem, bool cpu_r
 
 bool tdm_cli_parse_zero_copy(const char *s, int32_t *out)
 {
-    if (s && !strcmp(s, "auto")) {
+    if (!strcmp(s, "auto")) {
         *out = -1;
         return true;
     }

@@ -455,7 +455,7 @@ static int32_t apply_top_p(tdm_sampler *s, int32_t *c, int32_t n, float top_p, f
     if (b == TOPP_BUCKETS)
         return n; /* rounding: the whole mass did not reach target */
     /* partition: buckets before b (all kept, any order), then bucket b */
-    int32_t k = 0, j;
+    int32_t k = 0, j = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = k; i < n; i++) {
             if (pass == 0 ? s->bkt[i] < b : s->bkt[i] == b) {
