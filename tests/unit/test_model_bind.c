@@ -3,7 +3,9 @@
  * mis-shaped tensor, bad metadata and an unknown architecture are clear
  * errors naming the culprit; a missing output.weight means tied embeddings;
  * the demo's MTP block is bound aside; layer kinds follow
- * full_attention_interval; the expert copy (tdm_model_copy_experts). */
+ * full_attention_interval; the expert copy (tdm_model_copy_experts). Sweeps:
+ * every metadata key set to edge values and tensors rewritten in other
+ * types are refused with a message or bind and evaluate, never crash. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,9 +33,11 @@ typedef struct edit {
     const char *drop_key;   /* metadata key left out */
     const char *arch;       /* general.architecture override */
     int ffn1;               /* blk.1 FFN: 1 = dense from expert 0, 2 = every expert = expert 0 */
+    const char *retype;     /* tensor written as type `type`, zero bytes */
+    tdm_qtype type;
 } edit;
 
-static tdm_gguf *src, *src3; /* micro-qwen35moe, micro-qwen3moe */
+static tdm_gguf *src, *src3, *srcn; /* micro-qwen35moe, micro-qwen3moe, micro-qwen3next */
 static uint8_t *rep_buf[3];  /* replicated expert-0 stacks for ffn1 == 2 */
 
 /* Adds blk.1's FFN per e->ffn1; returns false when t is not one of its tensors. */
@@ -67,6 +71,7 @@ static void *build_from(tdm_gguf *from, const edit *e, size_t *size)
 {
     tdm_gguf_writer *w;
     tdm_error err = {0};
+    void *zero = NULL; /* e->retype's bytes */
     assert_int_equal(tdm_gguf_writer_create(&w, &err), TDM_OK);
     for (int64_t i = 0; i < tdm_gguf_kv_count(from); i++) {
         const char *k = tdm_gguf_kv_key(from, i);
@@ -109,11 +114,18 @@ static void *build_from(tdm_gguf *from, const edit *e, size_t *size)
         int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
         if (e->reshape && !strcmp(t->name, e->reshape))
             ne[1] /= 2;
+        if (e->retype && !strcmp(t->name, e->retype)) {
+            const size_t bytes = tdm_qtype_row_bytes(e->type, ne[0]) * (size_t)(ne[1] * ne[2] * ne[3]);
+            zero = calloc(1, bytes); /* read by tdm_gguf_writer_write_memory below */
+            assert_int_equal(tdm_gguf_writer_add_tensor(w, t->name, e->type, t->n_dims, ne, zero, &err), TDM_OK);
+            continue;
+        }
         assert_int_equal(tdm_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, &err), TDM_OK);
     }
     void *buf;
     assert_int_equal(tdm_gguf_writer_write_memory(w, &buf, size, &err), TDM_OK);
     tdm_gguf_writer_free(w);
+    free(zero);
     return buf;
 }
 
@@ -152,7 +164,10 @@ static int setup(void **state)
     if (tdm_gguf_open(path, &src, &err))
         return -1;
     snprintf(path, sizeof path, "%s/tests/fixtures/micro-qwen3moe/micro-qwen3moe-f32.gguf", root && *root ? root : ".");
-    return tdm_gguf_open(path, &src3, &err) == TDM_OK ? 0 : -1;
+    if (tdm_gguf_open(path, &src3, &err))
+        return -1;
+    snprintf(path, sizeof path, "%s/tests/fixtures/micro-qwen3next/micro-qwen3next-f32.gguf", root && *root ? root : ".");
+    return tdm_gguf_open(path, &srcn, &err) == TDM_OK ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -160,6 +175,7 @@ static int teardown(void **state)
     (void)state;
     tdm_gguf_free(src);
     tdm_gguf_free(src3);
+    tdm_gguf_free(srcn);
     for (int i = 0; i < 3; i++)
         free(rep_buf[i]);
     return 0;
@@ -397,6 +413,117 @@ static void test_copy_experts(void **state)
     tdm_model_free(m);
 }
 
+/* Binds from's copy with one edit and, when it binds, evaluates 8 tokens;
+ * counts in n[0] the refusals (each with a message), n[1] the models that
+ * bound, n[2] the evaluations that ran. */
+static void try_edit(tdm_gguf *from, const edit *e, int n[3])
+{
+    size_t size;
+    void *buf = build_from(from, e, &size);
+    tdm_gguf *g;
+    tdm_model *m = NULL;
+    tdm_error err = {0};
+    assert_int_equal(tdm_gguf_open_memory(buf, size, &g, &err), TDM_OK);
+    if (tdm_model_from_gguf(g, &m, &err) != TDM_OK) {
+        assert_true(err.msg[0] != 0);
+        n[0]++;
+        free(buf);
+        return;
+    }
+    n[1]++;
+    const tdm_hparams *hp = tdm_model_hparams(m);
+    int32_t toks[8];
+    for (int i = 0; i < 8; i++)
+        toks[i] = (int32_t)((i * 7919 + 11) % hp->n_vocab);
+    float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    tdm_forward *f;
+    err.msg[0] = 0;
+    if (tdm_forward_new(m, 8, 8, &f, &err) == TDM_OK) {
+        if (tdm_forward_eval(f, toks, 8, 0, logits, false, &err) == TDM_OK)
+            n[2]++;
+        else
+            assert_true(err.msg[0] != 0);
+        tdm_forward_free(f);
+    } else {
+        assert_true(err.msg[0] != 0);
+    }
+    free(logits);
+    tdm_model_free(m);
+    free(buf);
+}
+
+/* Every u32 and f32 metadata key of the micro models set, one at a time, to
+ * edge values (0, 1, small, the old value +-1 and doubled, 2^16, 2^31 - 1,
+ * 2^31, 2^32 - 1; zeros, tiny, huge, infinities, NaN): the model is refused
+ * with a message, or it binds and evaluates 8 tokens (or says why not).
+ * Never a crash, a hang or an allocation sized by the hostile value (the
+ * sanitizer build runs this too). */
+static void sweep_metadata(tdm_gguf *from, const char *name)
+{
+    static const uint32_t uv[] = {0, 1, 2, 3, 7, 64, 65536, 0x7FFFFFFFu, 0x80000000u, 0xFFFFFFFFu};
+    static const float fv[] = {0.0f, -0.0f, 1e-38f, 1e-6f, 1.0f, 1e30f, INFINITY, -INFINITY, NAN};
+    int n[3] = {0, 0, 0}, keys = 0;
+    for (int64_t i = 0; i < tdm_gguf_kv_count(from); i++) {
+        const char *k = tdm_gguf_kv_key(from, i);
+        tdm_error err = {0};
+        if (tdm_gguf_kv_type(from, i) == TDM_GGUF_UINT32) {
+            uint32_t v;
+            assert_int_equal(tdm_gguf_get_u32(from, k, &v, &err), TDM_OK);
+            const uint32_t near[3] = {v - 1, v + 1, 2 * v};
+            for (size_t j = 0; j < sizeof uv / sizeof *uv + 3; j++)
+                try_edit(from, &(edit){.key = k, .value = j < 3 ? near[j] : uv[j - 3]}, n);
+            keys++;
+        } else if (tdm_gguf_kv_type(from, i) == TDM_GGUF_FLOAT32) {
+            for (size_t j = 0; j < sizeof fv / sizeof *fv; j++)
+                try_edit(from, &(edit){.fkey = k, .fvalue = fv[j]}, n);
+            keys++;
+        }
+    }
+    printf("  %s: %d keys; %d edits refused, %d bound (%d evaluated)\n", name, keys, n[0], n[1], n[2]);
+    assert_true(keys > 0 && n[0] > 0 && n[2] > 0);
+}
+
+/* Every tensor of the first layers of each kind and outside the layers
+ * written, one at a time, in other types whose block divides its rows (zero
+ * bytes: finite in every format): refused with a message, or bound and
+ * evaluated. A norm read as floats from a quantised tensor, say, would read
+ * past it (the sanitizer build runs this too). */
+static void sweep_types(tdm_gguf *from, const char *name)
+{
+    static const tdm_qtype types[] = {TDM_Q_F32,    TDM_Q_F16,    TDM_Q_BF16,  TDM_Q_F64,   TDM_Q_Q8_0,
+                                      TDM_Q_Q4_0,   TDM_Q_Q5_1,   TDM_Q_IQ4_NL, TDM_Q_MXFP4, TDM_Q_Q4_K,
+                                      TDM_Q_Q6_K,   TDM_Q_IQ2_XXS, TDM_Q_I8,   TDM_Q_I32};
+    int n[3] = {0, 0, 0}, tensors = 0;
+    for (int64_t i = 0; i < tdm_gguf_tensor_count(from); i++) {
+        const tdm_gguf_tensor *t = tdm_gguf_tensor_at(from, i);
+        if (!strncmp(t->name, "blk.", 4) && strncmp(t->name, "blk.0.", 6) && strncmp(t->name, "blk.3.", 6))
+            continue; /* blk.0 (DeltaNet in the hybrids) and blk.3 (attention) stand for the rest */
+        tensors++;
+        for (size_t j = 0; j < sizeof types / sizeof *types; j++)
+            if (types[j] != t->type && t->ne[0] % tdm_qtype_get(types[j])->block == 0)
+                try_edit(from, &(edit){.retype = t->name, .type = types[j]}, n);
+    }
+    printf("  %s: %d tensors; %d retyped copies refused, %d bound (%d evaluated)\n", name, tensors, n[0], n[1],
+           n[2]);
+    assert_true(tensors > 0 && n[0] > 0);
+}
+
+static void test_type_sweep(void **state)
+{
+    (void)state;
+    sweep_types(src, "micro-qwen35moe");
+    sweep_types(src3, "micro-qwen3moe");
+    sweep_types(srcn, "micro-qwen3next");
+}
+
+static void test_metadata_sweep(void **state)
+{
+    (void)state;
+    sweep_metadata(src, "micro-qwen35moe");
+    sweep_metadata(src3, "micro-qwen3moe");
+    sweep_metadata(srcn, "micro-qwen3next");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -406,6 +533,8 @@ int main(void)
         cmocka_unit_test(test_demo_mtp_bound),
         cmocka_unit_test(test_dense_layer),
         cmocka_unit_test(test_copy_experts),
+        cmocka_unit_test(test_metadata_sweep),
+        cmocka_unit_test(test_type_sweep),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
