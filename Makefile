@@ -130,6 +130,18 @@ asan:
 fuzz:
 	@BUILD=$(BUILD) tests/fuzz/run.sh
 
+# libFuzzer target of the HTTP API's request parsers (tests/fuzz/run.sh): the
+# parsers and the chat renderer built by clang with the fuzzer and sanitizers,
+# whatever else they call taken from $(LIB).
+FUZZ_CC ?= clang
+FUZZ_REQ_SRC := tests/fuzz/fuzz_request.c engine/server_openai.c engine/server_anthropic.c \
+                engine/server_util.c engine/chat.c
+$(BUILD)/fuzz/fuzz_request: $(FUZZ_REQ_SRC) $(LIB)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer $(INCLUDES) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(FUZZ_REQ_SRC) -o $@ \
+	    $(DEPS_LIB) $(LIB) $(LDLIBS) -lgomp
+
 clean:
 	rm -rf build
 
