@@ -12,44 +12,9 @@
 
 #include <cmocka.h>
 
+#include "alloc_count.h"
 #include "cache_policy.h"
 #include "profile.h"
-
-/* Counts allocations while `counting` is set, to show that the access path
- * never allocates: the test binary's malloc family forwards to glibc's.
- * Sanitizer builds bring their own allocator, so there the check is skipped. */
-#if defined(__SANITIZE_ADDRESS__)
-#define COUNT_ALLOCS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define COUNT_ALLOCS 0
-#endif
-#endif
-#ifndef COUNT_ALLOCS
-#define COUNT_ALLOCS 1
-#endif
-#if COUNT_ALLOCS
-static volatile int alloc_calls; /* volatile: gcc assumes malloc touches no globals */
-static volatile bool counting;
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t n, size_t size);
-extern void *__libc_realloc(void *p, size_t n);
-void *malloc(size_t n)
-{
-    alloc_calls += counting;
-    return __libc_malloc(n);
-}
-void *calloc(size_t n, size_t size)
-{
-    alloc_calls += counting;
-    return __libc_calloc(n, size);
-}
-void *realloc(void *p, size_t n)
-{
-    alloc_calls += counting;
-    return __libc_realloc(p, n);
-}
-#endif
 
 static tdm_profile *profile_from_counts(int32_t nl, int32_t ne, int32_t k, const int *counts,
                                         int tokens)
@@ -448,7 +413,7 @@ static void test_no_ping_pong(void **state)
 static void test_no_allocation_per_access(void **state)
 {
     (void)state;
-#if COUNT_ALLOCS
+#if ALLOC_COUNT_WORKS
     enum { NL = 4, NE = 16, K = 4, NT = 200 };
     static int32_t layers[NT * NL], ids[NT * NL * K];
     rng_state = 12345;
@@ -466,16 +431,14 @@ static void test_no_allocation_per_access(void **state)
         tdm_cache *c;
         tdm_error err;
         assert_int_equal(tdm_cache_new(&p, &c, &err), TDM_OK);
-        alloc_calls = 0;
-        counting = true;
+        alloc_count_start();
         int64_t hits = 0;
         for (int a = 0; a < NT * NL; a++) {
             int32_t h;
             tdm_cache_access(c, a / NL, layers[a], ids + a * K, K, NULL, &h, &err);
             hits += h;
         }
-        counting = false;
-        assert_int_equal(alloc_calls, 0);
+        assert_int_equal(alloc_count_stop(), 0);
         tdm_cache_stats st;
         tdm_cache_get_stats(c, &st);
         assert_int_equal(st.hits, hits);
@@ -483,11 +446,11 @@ static void test_no_allocation_per_access(void **state)
         tdm_cache_free(c);
     }
     /* the counter itself works */
-    counting = true;
+    alloc_count_start();
     void *volatile probe = malloc(16); /* volatile: the pair must not be optimised away */
-    counting = false;
+    const int calls = alloc_count_stop();
     free(probe);
-    assert_int_equal(alloc_calls, 1);
+    assert_int_equal(calls, 1);
     tdm_profile_free(prof);
 #else
     print_message("sanitizer build: allocation counting skipped\n");

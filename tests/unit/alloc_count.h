@@ -1,0 +1,66 @@
+/* alloc_count: counts calls of the malloc family while counting is on, for
+ * tests that show a path never allocates. Include it in exactly one file of a
+ * test binary: it defines malloc, calloc and realloc, which forward to
+ * glibc's and count (every thread's calls, so a pool's workers count too).
+ * Sanitizer builds bring their own allocator; there ALLOC_COUNT_WORKS is 0
+ * and the tests say that they skipped. */
+#ifndef TDM_TEST_ALLOC_COUNT_H
+#define TDM_TEST_ALLOC_COUNT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ALLOC_COUNT_WORKS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ALLOC_COUNT_WORKS 0
+#endif
+#endif
+#ifndef ALLOC_COUNT_WORKS
+#define ALLOC_COUNT_WORKS 1
+#endif
+
+static atomic_int alloc_calls;
+static atomic_bool alloc_counting;
+
+#if ALLOC_COUNT_WORKS
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+void *malloc(size_t n)
+{
+    if (atomic_load_explicit(&alloc_counting, memory_order_relaxed))
+        atomic_fetch_add(&alloc_calls, 1);
+    return __libc_malloc(n);
+}
+void *calloc(size_t n, size_t size)
+{
+    if (atomic_load_explicit(&alloc_counting, memory_order_relaxed))
+        atomic_fetch_add(&alloc_calls, 1);
+    return __libc_calloc(n, size);
+}
+void *realloc(void *p, size_t n)
+{
+    if (atomic_load_explicit(&alloc_counting, memory_order_relaxed))
+        atomic_fetch_add(&alloc_calls, 1);
+    return __libc_realloc(p, n);
+}
+#endif
+
+/* Starts counting from zero. */
+static inline void alloc_count_start(void)
+{
+    atomic_store(&alloc_calls, 0);
+    atomic_store(&alloc_counting, true);
+}
+
+/* Stops counting; the calls since alloc_count_start. */
+static inline int alloc_count_stop(void)
+{
+    atomic_store(&alloc_counting, false);
+    return atomic_load(&alloc_calls);
+}
+
+#endif
