@@ -130,16 +130,17 @@ asan:
 fuzz:
 	@BUILD=$(BUILD) tests/fuzz/run.sh
 
-# libFuzzer target of the HTTP API's request parsers (tests/fuzz/run.sh): the
-# parsers and the chat renderer built by clang with the fuzzer and sanitizers,
-# whatever else they call taken from $(LIB).
+# libFuzzer targets (tests/fuzz/run.sh): tests/fuzz/fuzz_NAME.c and the
+# sources it tests, FUZZ_SRC_NAME, built by clang with the fuzzer and the
+# sanitizers; whatever else they call is taken from $(LIB).
 FUZZ_CC ?= clang
-FUZZ_REQ_SRC := tests/fuzz/fuzz_request.c engine/server_openai.c engine/server_anthropic.c \
-                engine/server_util.c engine/chat.c
-$(BUILD)/fuzz/fuzz_request: $(FUZZ_REQ_SRC) $(LIB)
+FUZZ_SRC_gguf := engine/gguf.c engine/gguf_writer.c engine/quant.c
+FUZZ_SRC_request := engine/server_openai.c engine/server_anthropic.c engine/server_util.c engine/chat.c
+FUZZ_SRC_tokenizer := engine/tokenizer.c engine/tokenizer_encode.c engine/tokenizer_decode.c engine/unicode.c
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer $(INCLUDES) \
-	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(FUZZ_REQ_SRC) -o $@ \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $< $(FUZZ_SRC_$*) -o $@ \
 	    $(DEPS_LIB) $(LIB) $(LDLIBS) -lgomp
 
 clean:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Short libFuzzer runs of the GGUF reader and the request parsers (part of
-# `make test`); fails when clang/libFuzzer is missing. Longer runs: FUZZ_SECONDS=600 tests/fuzz/run.sh
+# Short libFuzzer runs (part of `make test`): the GGUF reader, the request
+# parsers and the tokenizer, 20 s each; fails when clang/libFuzzer is missing.
+# Longer runs: FUZZ_SECONDS=600 tests/fuzz/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-FUZZ_SECONDS=${FUZZ_SECONDS:-30} exec bash tests/fuzz/run.sh
+FUZZ_SECONDS=${FUZZ_SECONDS:-20} exec bash tests/fuzz/run.sh
