@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan + UBSan) and runs each for
 # FUZZ_SECONDS (default 60): the GGUF reader (fuzz_gguf.c), the HTTP API's
-# request parsers with the chat renderer (fuzz_request.c) and the tokenizer's
-# encode/decode contract (fuzz_tokenizer.c), each from a few seeds (below).
+# request parsers with the chat renderer (fuzz_request.c), the tokenizer's
+# encode/decode contract (fuzz_tokenizer.c) and the expert-profile reader
+# (fuzz_profile.c), each from a few seeds (below).
 # The corpora it grows are kept in $BUILD/fuzz/corpus-* between runs; crashes
 # are written to $BUILD/fuzz/ as crash-*. Exit status: 0 when no failure was
 # found.
@@ -78,3 +79,11 @@ printf '\x01<|im_start|>user\nHello, world! 12345 <think>x</think><|im_end|>\n' 
 printf '\x00def f(x):\n    return x ** 2  # \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\xa6\x99\n\n\t\t  end' >"$seeds/code"
 printf '\x02\xc3\x28 \xed\xa0\x80 \xf4\x90\x80\x80 \xe2\x82 caf\xc3\xa9 NA\xc3\x8fVE 3.14e-10' >"$seeds/broken"
 fuzz tokenizer 4096 ""
+
+# The expert-profile reader: the demo's profile and a one-layer one.
+seeds=$out/seeds-profile
+rm -rf "$seeds"
+mkdir -p "$seeds"
+cp profiles/demo.profile.json "$seeds/demo"
+printf '{"format":"tandem-expert-profile","version":1,"model":{"architecture":"x","layout_hash":"0000000000000001","n_layer":1,"n_expert":2,"k":1},"tokens":3,"source":"","layers":[{"layer":0,"count":[2,1],"weight":[1.5,0.5],"rank":[0,1]}],"global_rank":[[0,0],[0,1]]}' >"$seeds/tiny"
+fuzz profile 16384 ""
