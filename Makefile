@@ -138,6 +138,7 @@ FUZZ_SRC_gguf := engine/gguf.c engine/gguf_writer.c engine/quant.c
 FUZZ_SRC_request := engine/server_openai.c engine/server_anthropic.c engine/server_util.c engine/chat.c
 FUZZ_SRC_tokenizer := engine/tokenizer.c engine/tokenizer_encode.c engine/tokenizer_decode.c engine/unicode.c
 FUZZ_SRC_profile := profiles/profile.c
+FUZZ_SRC_routing := profiles/routing.c profiles/cache_policy.c
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer $(INCLUDES) \

@@ -70,7 +70,7 @@ static tdm_status check_params(const tdm_cache_params *p, tdm_error *err)
     if ((unsigned)p->policy >= TDM_CACHE_N_POLICIES)
         return tdm_error_set(err, TDM_ERR_INVALID, "cache: unknown policy %d", (int)p->policy);
     if (p->n_layer <= 0 || p->n_expert <= 0 || p->k <= 0 || p->k > 64 || p->k > p->n_expert ||
-        (int64_t)p->n_layer * p->n_expert > INT32_MAX / 2)
+        (int64_t)p->n_layer * p->n_expert > TDM_PROFILE_MAX_EXPERTS)
         return tdm_error_set(err, TDM_ERR_INVALID, "cache: bad shape %d layers x %d experts, "
                              "k %d", p->n_layer, p->n_expert, p->k);
     if (p->n_slots < 0)
@@ -131,19 +131,39 @@ static void place(tdm_cache *c, int32_t slot, int32_t item)
     }
 }
 
-/* Fills pools from a list of items in preference order (each item goes to
- * the next free slot of its layer's pool). order: [n_items]. */
-static void fill_in_order(tdm_cache *c, const int32_t *order, int32_t n)
+/* The first free slot at or after s (n_slots if none): skip[] links every
+ * slot to one at or after it with no free slot in between (skip[s] == s:
+ * s is free), shortened as it is walked, so a whole fill is near-linear in
+ * items + slots even when every layer shares one pool. */
+static int32_t first_free(int32_t *skip, int32_t s)
 {
+    int32_t r = s;
+    while (skip[r] != r)
+        r = skip[r];
+    while (skip[s] != r) {
+        const int32_t next = skip[s];
+        skip[s] = r;
+        s = next;
+    }
+    return r;
+}
+
+/* Fills the empty pools from a list of items in preference order (each item
+ * goes to the next free slot of its layer's pool). order: [n]; skip:
+ * [n_slots + 1] scratch. */
+static void fill_in_order(tdm_cache *c, const int32_t *order, int32_t n, int32_t *skip)
+{
+    for (int32_t s = 0; s <= c->n_slots; s++)
+        skip[s] = s; /* all free; n_slots: the end */
     for (int32_t i = 0; i < n; i++) {
         int32_t item = order[i], l = item / c->p.n_expert;
         if (c->resid[item] >= 0)
             continue;
-        for (int32_t s = c->pool_lo[l]; s < c->pool_hi[l]; s++)
-            if (c->slot_item[s] < 0) {
-                place(c, s, item);
-                break;
-            }
+        const int32_t s = first_free(skip, c->pool_lo[l]);
+        if (s < c->pool_hi[l]) {
+            place(c, s, item);
+            skip[s] = s + 1;
+        }
     }
 }
 
@@ -243,25 +263,27 @@ static tdm_status copy_future(tdm_cache *c, const tdm_cache_params *p, tdm_error
 static tdm_status initial_fill(tdm_cache *c, const tdm_cache_params *p, tdm_error *err)
 {
     int32_t *order = malloc((size_t)c->n_items * sizeof *order);
+    int32_t *skip = malloc(((size_t)c->n_slots + 1) * sizeof *skip);
     bool *seen = malloc((size_t)c->n_items * sizeof *seen);
     tdm_status st = TDM_OK;
-    if (!order || !seen) {
+    if (!order || !skip || !seen) {
         st = tdm_error_set(err, TDM_ERR_OOM, "cache: out of memory");
     } else if (p->policy == TDM_CACHE_ORACLE) {
-        fill_in_order(c, order, first_use_order(c, order, seen));
+        fill_in_order(c, order, first_use_order(c, order, seen), skip);
     } else if (p->profile && p->policy != TDM_CACHE_LAYER) {
         st = profile_order(c, p->profile, order, err);
         if (!st)
-            fill_in_order(c, order, c->n_items);
+            fill_in_order(c, order, c->n_items, skip);
     } else { /* whole layers: the even ones, then the odd ones */
         int32_t n = 0;
         for (int32_t parity = 0; parity < 2; parity++)
             for (int32_t l = parity; l < c->p.n_layer; l += 2)
                 for (int32_t e = 0; e < c->p.n_expert; e++)
                     order[n++] = l * c->p.n_expert + e;
-        fill_in_order(c, order, n);
+        fill_in_order(c, order, n, skip);
     }
     free(order);
+    free(skip);
     free(seen);
     return st;
 }

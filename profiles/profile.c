@@ -152,6 +152,9 @@ static tdm_status check_id(const tdm_model_id *id, tdm_error *err)
     if (id->k <= 0 || id->k > id->n_expert || id->k > 64)
         return tdm_error_set(err, TDM_ERR_INVALID, "model.k = %d out of range 1..min(64, %d)",
                              id->k, id->n_expert);
+    if ((int64_t)id->n_layer * id->n_expert > TDM_PROFILE_MAX_EXPERTS)
+        return tdm_error_set(err, TDM_ERR_INVALID, "model: %d layers x %d experts is more than %d experts",
+                             id->n_layer, id->n_expert, TDM_PROFILE_MAX_EXPERTS);
     return TDM_OK;
 }
 

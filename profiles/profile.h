@@ -45,6 +45,11 @@
 
 #define TDM_PROFILE_ARCH_MAX 64
 #define TDM_PROFILE_VERSION 1
+/* Most routed experts, all layers together (n_layer x n_expert), that a
+ * profile, a routing dump or an expert cache describes: ~680x today's largest
+ * MoE models, and a bound on what a few hostile header bytes can make a
+ * reader allocate. */
+#define TDM_PROFILE_MAX_EXPERTS (1 << 24)
 
 typedef struct tdm_model_id {
     char arch[TDM_PROFILE_ARCH_MAX]; /* NUL-terminated general.architecture */

@@ -92,15 +92,18 @@ static tdm_status as_invalid(tdm_error *err)
 
 static tdm_status check_dims(int64_t n_layer, int64_t n_expert, int64_t k, tdm_error *err)
 {
-    if (n_layer <= 0 || n_layer > 65535)
+    if (n_layer <= 0 || n_layer > 4096) /* as a profile's model id */
         return tdm_error_set(err, TDM_ERR_FORMAT, "routing: n_layer %" PRId64 " out of range "
-                             "1..65535", n_layer);
+                             "1..4096", n_layer);
     if (n_expert <= 0 || n_expert > 65535)
         return tdm_error_set(err, TDM_ERR_FORMAT, "routing: n_expert %" PRId64 " out of range "
                              "1..65535", n_expert);
     if (k <= 0 || k > 64 || k > n_expert)
         return tdm_error_set(err, TDM_ERR_FORMAT, "routing: k %" PRId64 " out of range "
                              "1..min(64, n_expert)", k);
+    if (n_layer * n_expert > TDM_PROFILE_MAX_EXPERTS)
+        return tdm_error_set(err, TDM_ERR_FORMAT, "routing: %" PRId64 " layers x %" PRId64 " experts is more than %d "
+                             "experts", n_layer, n_expert, TDM_PROFILE_MAX_EXPERTS);
     return TDM_OK;
 }
 

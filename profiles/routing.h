@@ -6,8 +6,8 @@
  *   header, 32 bytes:
  *     0  char[8] magic "TDMROUTE"
  *     8  u32     version (1)
- *    12  u32     n_layer
- *    16  u32     n_expert  (<= 65535)
+ *    12  u32     n_layer   (1..4096, as a profile's)
+ *    16  u32     n_expert  (<= 65535; n_layer x n_expert <= TDM_PROFILE_MAX_EXPERTS)
  *    20  u32     k         (1..min(64, n_expert))
  *    24  u64     model hash (tdm_profile_model_hash() of the model's tdm_model_id)
  *   then records of 6 + 6k bytes each, until the end of the file:

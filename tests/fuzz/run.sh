@@ -2,8 +2,9 @@
 # Builds the libFuzzer targets (clang, ASan + UBSan) and runs each for
 # FUZZ_SECONDS (default 60): the GGUF reader (fuzz_gguf.c), the HTTP API's
 # request parsers with the chat renderer (fuzz_request.c), the tokenizer's
-# encode/decode contract (fuzz_tokenizer.c) and the expert-profile reader
-# (fuzz_profile.c), each from a few seeds (below).
+# encode/decode contract (fuzz_tokenizer.c), the expert-profile reader
+# (fuzz_profile.c) and the routing-dump reader with the cache policies
+# replaying what it accepts (fuzz_routing.c), each from a few seeds (below).
 # The corpora it grows are kept in $BUILD/fuzz/corpus-* between runs; crashes
 # are written to $BUILD/fuzz/ as crash-*. Exit status: 0 when no failure was
 # found.
@@ -87,3 +88,19 @@ mkdir -p "$seeds"
 cp profiles/demo.profile.json "$seeds/demo"
 printf '{"format":"tandem-expert-profile","version":1,"model":{"architecture":"x","layout_hash":"0000000000000001","n_layer":1,"n_expert":2,"k":1},"tokens":3,"source":"","layers":[{"layer":0,"count":[2,1],"weight":[1.5,0.5],"rank":[0,1]}],"global_rank":[[0,0],[0,1]]}' >"$seeds/tiny"
 fuzz profile 16384 ""
+
+# The routing-dump reader and the cache policies: a dump of 3 layers, 8
+# experts, k = 2, two sequences of 3 and 2 tokens.
+seeds=$out/seeds-routing
+rm -rf "$seeds"
+mkdir -p "$seeds"
+{
+    printf 'TDMROUTE\x01\x00\x00\x00\x03\x00\x00\x00\x08\x00\x00\x00\x02\x00\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00'
+    for t in 0 1 2 0 1; do
+        for l in 0 1 2; do
+            printf "\\x0$t\\x00\\x00\\x00\\x0$l\\x00\\x0$(((t + l) % 8))\\x00\\x0$(((t + 2 * l + 3) % 8))\\x00"
+            printf '\x00\x00\x40\x3f\x00\x00\x80\x3e' # 0.75, 0.25
+        done
+    done
+} >"$seeds/dump"
+fuzz routing 8192 ""

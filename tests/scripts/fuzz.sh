@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Short libFuzzer runs (part of `make test`): the GGUF reader, the request
-# parsers, the tokenizer and the profile reader, 20 s each; fails when
-# clang/libFuzzer is missing.
+# parsers, the tokenizer, the profile reader and the routing-dump reader with
+# the cache policies, 20 s each; fails when clang/libFuzzer is missing.
 # Longer runs: FUZZ_SECONDS=600 tests/fuzz/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -479,6 +479,9 @@ static void test_bad_arguments(void **state)
     assert_int_equal(tdm_cache_new(&p, &c, &err), TDM_ERR_INVALID);
     tdm_cache_params_init(&p, TDM_CACHE_LRU, 2, 4, 5, 4);
     assert_int_equal(tdm_cache_new(&p, &c, &err), TDM_ERR_INVALID); /* k > n_expert */
+    tdm_cache_params_init(&p, TDM_CACHE_LRU, 4096, 4097, 2, 4); /* > TDM_PROFILE_MAX_EXPERTS */
+    assert_int_equal(tdm_cache_new(&p, &c, &err), TDM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "4096 layers x 4097 experts"));
     assert_null(c);
 
     tdm_cache_params_init(&p, TDM_CACHE_LRU, 2, 4, 2, 100); /* more slots than experts */

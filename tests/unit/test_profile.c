@@ -282,6 +282,13 @@ static void test_merge(void **state)
     assert_int_equal(tdm_profile_validate(a, &err), TDM_OK);
     tdm_model_id other = test_id();
     other.layout_hash ^= 1;
+    other.n_layer = 4096;
+    other.n_expert = 4097; /* more than TDM_PROFILE_MAX_EXPERTS in all */
+    assert_int_equal(tdm_profile_new(&other, &c, &err), TDM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "4096 layers x 4097 experts is more than 16777216"));
+    assert_null(c);
+    other = test_id();
+    other.layout_hash ^= 1;
     assert_int_equal(tdm_profile_new(&other, &c, &err), TDM_OK);
     assert_int_equal(tdm_profile_merge(a, c, &err), TDM_ERR_INVALID);
     assert_non_null(strstr(err.msg, "another model"));

@@ -180,6 +180,14 @@ static void test_reader_refuses(void **state)
     expect_bad(b, size, 8, v2, 4, TDM_ERR_UNSUPPORTED, "version 2");
     expect_bad(b, size, 20, k0, 4, TDM_ERR_FORMAT, "k 0");
     expect_bad(b, size, 12, k0, 4, TDM_ERR_FORMAT, "n_layer 0");
+    /* shapes past the profiles' limits: 4097 layers; 4096 x 4097 experts (> 2^24) */
+    unsigned char l4097[4] = {0x01, 0x10, 0, 0}, l4096[4] = {0x00, 0x10, 0, 0};
+    expect_bad(b, size, 12, l4097, 4, TDM_ERR_FORMAT, "n_layer 4097");
+    unsigned char *wide = malloc(size);
+    memcpy(wide, b, size);
+    memcpy(wide + 12, l4096, 4);
+    expect_bad(wide, size, 16, l4097, 4, TDM_ERR_FORMAT, "4096 layers x 4097 experts is more than 16777216");
+    free(wide);
     expect_bad(b, size, 32 + 18 + 6, big_id, 2, TDM_ERR_FORMAT, "expert id 300");
     expect_bad(b, size, 32 + 18 + 4, layer3, 2, TDM_ERR_FORMAT, "layer 3");
     /* record 2 (layer 2) becomes layer 0 again within pos 0 */
