@@ -133,10 +133,11 @@ static bool keep_spinning(int i, int spin, const _Atomic uint64_t *awake_until)
  * with a 1 ms timeout (a publisher that cannot wake it, a GPU kernel, is
  * still served within a millisecond). A wake (a host publish, the driver
  * starting a job, tdm_pool_kick) restarts the spinning, as work is expected
- * again; a timeout does not, unless the kick window is open: a kick whose
- * wake fell between two timed waits is then not lost. While spinning or yielding it also returns last
- * when *aux (if not NULL) differs from aux_last. Used by the driver on
- * dev_seq (spin; aux: the hints) and the workers on gen (spin_busy). */
+ * again; a timeout does not, unless the kick window is open (a kick whose
+ * wake fell between two timed waits is not lost). While spinning or
+ * yielding it also returns last when *aux (if not NULL) differs from
+ * aux_last. Used by the driver on dev_seq (spin; aux: the hints) and the
+ * workers on gen (spin_busy). */
 static uint32_t wait_change(int spin, const _Atomic uint64_t *awake_until, _Atomic uint32_t *seq, uint32_t last,
                             _Atomic uint32_t *sleeping, _Atomic uint32_t *aux, uint32_t aux_last)
 {

@@ -102,8 +102,8 @@ static tdm_status check_dims(int64_t n_layer, int64_t n_expert, int64_t k, tdm_e
         return tdm_error_set(err, TDM_ERR_FORMAT, "routing: k %" PRId64 " out of range "
                              "1..min(64, n_expert)", k);
     if (n_layer * n_expert > TDM_PROFILE_MAX_EXPERTS)
-        return tdm_error_set(err, TDM_ERR_FORMAT, "routing: %" PRId64 " layers x %" PRId64 " experts is more than %d "
-                             "experts", n_layer, n_expert, TDM_PROFILE_MAX_EXPERTS);
+        return tdm_error_set(err, TDM_ERR_FORMAT, "routing: %" PRId64 " layers x %" PRId64 " experts is more "
+                             "than %d experts", n_layer, n_expert, TDM_PROFILE_MAX_EXPERTS);
     return TDM_OK;
 }
 

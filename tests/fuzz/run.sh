@@ -32,6 +32,13 @@ if ! "$CLANG" -fsanitize=fuzzer,address,undefined "$probe/p.c" -o "$probe/p" 2>"
     exit 1
 fi
 
+# Empties $out/seeds-NAME and points $seeds at it.
+new_seeds() {
+    seeds=$out/seeds-$1
+    rm -rf "$seeds"
+    mkdir -p "$seeds"
+}
+
 # One target: built by make (the Makefile's FUZZ_SRC_NAME says which sources
 # are instrumented), run on its corpus and the seeds in $out/seeds-NAME.
 fuzz() {
@@ -49,9 +56,7 @@ fuzz() {
 SRC="engine/gguf.c engine/gguf_writer.c engine/quant.c engine/status.c"
 "$CLANG" -std=c11 -g -O1 -D_GNU_SOURCE -Iengine -fno-omit-frame-pointer -fsanitize=address,undefined \
     tests/fuzz/gen_seeds.c $SRC -o "$out/gen_seeds" -lm
-seeds=$out/seeds-gguf
-rm -rf "$seeds"
-mkdir -p "$seeds"
+new_seeds gguf
 "$out/gen_seeds" "$seeds"
 shopt -s nullglob
 for f in tests/fixtures/*/*.gguf models/demo/*.gguf ../shared/fixtures/*/*.gguf; do
@@ -61,9 +66,7 @@ fuzz gguf 70000 tests/fuzz/gguf.dict
 
 # The HTTP API's request parsers: one valid body per API and shape, the first
 # byte choosing the API and the chat template.
-seeds=$out/seeds-request
-rm -rf "$seeds"
-mkdir -p "$seeds"
+new_seeds request
 printf '\x00{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],"max_tokens":8,"stop":["x"],"temperature":0.5,"chat_template_kwargs":{"enable_thinking":false}}' >"$seeds/chat"
 printf '\x03{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"assistant","content":"a","reasoning_content":"r"},{"role":"user","content":"again"}],"stream":true,"stream_options":{"include_usage":true},"reasoning_effort":"low","seed":7}' >"$seeds/chat-stream"
 printf '\x01{"prompt":"once","max_tokens":4,"stop":"z","seed":3,"top_k":5,"min_p":0.1,"ignore_eos":true}' >"$seeds/completion"
@@ -73,27 +76,21 @@ fuzz request 8192 tests/fuzz/request.dict
 
 # The tokenizer (demo vocabulary): text with special tokens, code, numbers,
 # CJK, emoji and broken UTF-8, the first byte choosing the encode flags.
-seeds=$out/seeds-tokenizer
-rm -rf "$seeds"
-mkdir -p "$seeds"
+new_seeds tokenizer
 printf '\x01<|im_start|>user\nHello, world! 12345 <think>x</think><|im_end|>\n' >"$seeds/chat"
 printf '\x00def f(x):\n    return x ** 2  # \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\xa6\x99\n\n\t\t  end' >"$seeds/code"
 printf '\x02\xc3\x28 \xed\xa0\x80 \xf4\x90\x80\x80 \xe2\x82 caf\xc3\xa9 NA\xc3\x8fVE 3.14e-10' >"$seeds/broken"
 fuzz tokenizer 4096 ""
 
 # The expert-profile reader: the demo's profile and a one-layer one.
-seeds=$out/seeds-profile
-rm -rf "$seeds"
-mkdir -p "$seeds"
+new_seeds profile
 cp profiles/demo.profile.json "$seeds/demo"
 printf '{"format":"tandem-expert-profile","version":1,"model":{"architecture":"x","layout_hash":"0000000000000001","n_layer":1,"n_expert":2,"k":1},"tokens":3,"source":"","layers":[{"layer":0,"count":[2,1],"weight":[1.5,0.5],"rank":[0,1]}],"global_rank":[[0,0],[0,1]]}' >"$seeds/tiny"
 fuzz profile 16384 ""
 
 # The routing-dump reader and the cache policies: a dump of 3 layers, 8
 # experts, k = 2, two sequences of 3 and 2 tokens.
-seeds=$out/seeds-routing
-rm -rf "$seeds"
-mkdir -p "$seeds"
+new_seeds routing
 {
     printf 'TDMROUTE\x01\x00\x00\x00\x03\x00\x00\x00\x08\x00\x00\x00\x02\x00\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00'
     for t in 0 1 2 0 1; do
