@@ -1,7 +1,9 @@
 /* cache_policy: expert residency policies (semantics in cache_policy.h).
  * An "item" is layer * n_expert + expert. Pools are slot ranges: all slots
- * (global budget) or the layer's own range (per-layer budget). Victim searches
- * are linear scans over a pool: a few thousand slots at most, no allocation. */
+ * (global budget) or the layer's own range (per-layer budget). The demand
+ * policies (lru, lfu, oracle) find a pool's victim in a tournament tree over
+ * the slots (O(log slots) per miss and per changed slot, no allocation); the
+ * adaptive policy compares a layer's experts directly. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,12 @@ struct tdm_cache {
     int64_t n_future, cursor;      /* oracle: accesses consumed */
     tdm_cache_swap *swaps;         /* [max(k, adapt_swaps)] planned by the last access */
     int32_t n_swaps;
+    int32_t *tree;                 /* lru, lfu, oracle: [2 * leaves] the preferred slot of each
+                                    * node's range (-1: none); leaf leaves + s is slot s */
+    int32_t leaves;                /* power of two >= n_slots */
+    int32_t *touched;              /* [k] items of the last access (their slots leave the
+                                    * current access's exclusion at the next one) */
+    int32_t n_touched;
     tdm_cache_stats st;
 };
 
@@ -114,6 +122,8 @@ void tdm_cache_free(tdm_cache *c)
     free(c->future_layer);
     free(c->future_ids);
     free(c->swaps);
+    free(c->tree);
+    free(c->touched);
     free(c);
 }
 
@@ -130,6 +140,78 @@ static void place(tdm_cache *c, int32_t slot, int32_t item)
         c->layer_slots[item / c->p.n_expert]++;
     }
 }
+
+/* ---------------------------------------------------------------- victims */
+
+/* Whether slot a is a better place than slot b for a demand load: an empty
+ * slot first, then the policy's victim (lru: the least recently used; lfu:
+ * the least frequently used, then the least recent; oracle: the one used
+ * again farthest ahead), the lower slot on ties; residents of the current
+ * access come last for lru and lfu (they are never evicted). A total order,
+ * so a tournament over any split of a pool picks the same slot as a scan. */
+static bool prefer(const tdm_cache *c, int32_t a, int32_t b)
+{
+    const int32_t va = c->slot_item[a], vb = c->slot_item[b];
+    if (va < 0 || vb < 0)
+        return vb >= 0 || (va < 0 && a < b);
+    if (c->p.policy != TDM_CACHE_ORACLE) {
+        const bool ca = c->last_use[va] == c->clock, cb = c->last_use[vb] == c->clock;
+        if (ca != cb)
+            return cb;
+    }
+    if (c->p.policy == TDM_CACHE_ORACLE && c->item_next[va] != c->item_next[vb])
+        return c->item_next[va] > c->item_next[vb];
+    if (c->p.policy == TDM_CACHE_LFU && c->freq[va] != c->freq[vb])
+        return c->freq[va] < c->freq[vb];
+    if (c->p.policy != TDM_CACHE_ORACLE && c->last_use[va] != c->last_use[vb])
+        return c->last_use[va] < c->last_use[vb];
+    return a < b;
+}
+
+static int32_t pick(const tdm_cache *c, int32_t a, int32_t b)
+{
+    if (a < 0 || b < 0)
+        return a < 0 ? b : a;
+    return prefer(c, a, b) ? a : b;
+}
+
+/* Slot s's item or that item's keys changed: the nodes above its leaf
+ * choose again. */
+static void tree_update(tdm_cache *c, int32_t s)
+{
+    for (int32_t i = (c->leaves + s) >> 1; i >= 1; i >>= 1)
+        c->tree[i] = pick(c, c->tree[2 * i], c->tree[2 * i + 1]);
+}
+
+/* The tree's slot of item, when it has one, chooses again. */
+static void item_changed(tdm_cache *c, int32_t item)
+{
+    if (c->tree && c->resid[item] >= 0)
+        tree_update(c, c->resid[item]);
+}
+
+static void tree_build(tdm_cache *c)
+{
+    for (int32_t i = 0; i < c->leaves; i++)
+        c->tree[c->leaves + i] = i < c->n_slots ? i : -1;
+    for (int32_t i = c->leaves - 1; i >= 1; i--)
+        c->tree[i] = pick(c, c->tree[2 * i], c->tree[2 * i + 1]);
+}
+
+/* The preferred slot of [lo, hi), -1 for an empty range. */
+static int32_t tree_best(const tdm_cache *c, int32_t lo, int32_t hi)
+{
+    int32_t best = -1;
+    for (lo += c->leaves, hi += c->leaves; lo < hi; lo >>= 1, hi >>= 1) {
+        if (lo & 1)
+            best = pick(c, best, c->tree[lo++]);
+        if (hi & 1)
+            best = pick(c, best, c->tree[--hi]);
+    }
+    return best;
+}
+
+/* ---------------------------------------------------------------- creation and fill */
 
 /* The first free slot at or after s (n_slots if none): skip[] links every
  * slot to one at or after it with no free slot in between (skip[s] == s:
@@ -343,6 +425,16 @@ tdm_status tdm_cache_new(const tdm_cache_params *p, tdm_cache **out, tdm_error *
         st = copy_future(c, p, err);
     if (!st)
         st = initial_fill(c, p, err);
+    if (!st && (p->policy == TDM_CACHE_LRU || p->policy == TDM_CACHE_LFU || p->policy == TDM_CACHE_ORACLE)) {
+        for (c->leaves = 1; c->leaves < c->n_slots; c->leaves <<= 1)
+            ;
+        c->tree = malloc(2 * (size_t)c->leaves * sizeof *c->tree);
+        c->touched = malloc((size_t)p->k * sizeof *c->touched);
+        if (!c->tree || !c->touched)
+            st = tdm_error_set(err, TDM_ERR_OOM, "cache: out of memory for %d slots", c->n_slots);
+        else
+            tree_build(c);
+    }
     if (st) {
         tdm_cache_free(c);
         return st;
@@ -369,40 +461,25 @@ static void plan(tdm_cache *c, int32_t slot, int32_t item)
     c->st.loads++;
     c->st.evictions += old >= 0;
     place(c, slot, item);
+    if (c->tree)
+        tree_update(c, slot);
 }
 
-/* Chooses the slot a missed item may take in its pool, or -1 (bypass). An
- * empty slot is taken first; otherwise the policy's victim, never one used by
- * the current access (last_use == clock). */
+/* Chooses the slot a missed item may take in its pool, or -1 (bypass): the
+ * pool's preferred slot (prefer), unless it holds a resident of the current
+ * access (all of them do), or the policy would rather not load (lfu: the
+ * miss is not used more often than the victim; oracle: the miss comes back
+ * no sooner than the victim, or never, which skips an empty slot too). */
 static int32_t demand_slot(const tdm_cache *c, int32_t item)
 {
-    int32_t l = item / c->p.n_expert, best = -1;
-    for (int32_t s = c->pool_lo[l]; s < c->pool_hi[l]; s++) {
-        int32_t v = c->slot_item[s];
-        if (v < 0)
-            return c->p.policy == TDM_CACHE_ORACLE && c->item_next[item] == NEVER ? -1 : s;
-        if (c->last_use[v] == c->clock && c->p.policy != TDM_CACHE_ORACLE)
-            continue;
-        int32_t b = best >= 0 ? c->slot_item[best] : -1;
-        bool better;
-        switch (c->p.policy) {
-        case TDM_CACHE_LRU:
-            better = b < 0 || c->last_use[v] < c->last_use[b];
-            break;
-        case TDM_CACHE_LFU:
-            better = b < 0 || c->freq[v] < c->freq[b] ||
-                     (c->freq[v] == c->freq[b] && c->last_use[v] < c->last_use[b]);
-            break;
-        default: /* oracle: farthest next use */
-            better = b < 0 || c->item_next[v] > c->item_next[b];
-            break;
-        }
-        if (better)
-            best = s;
-    }
+    const int32_t l = item / c->p.n_expert, best = tree_best(c, c->pool_lo[l], c->pool_hi[l]);
     if (best < 0)
         return -1;
-    int32_t victim = c->slot_item[best];
+    const int32_t victim = c->slot_item[best];
+    if (victim < 0)
+        return c->p.policy == TDM_CACHE_ORACLE && c->item_next[item] == NEVER ? -1 : best;
+    if (c->p.policy != TDM_CACHE_ORACLE && c->last_use[victim] == c->clock)
+        return -1;
     if (c->p.policy == TDM_CACHE_LFU && c->freq[item] <= c->freq[victim])
         return -1;
     if (c->p.policy == TDM_CACHE_ORACLE && c->item_next[item] >= c->item_next[victim])
@@ -476,6 +553,8 @@ tdm_status tdm_cache_access(tdm_cache *c, int64_t token, int32_t layer, const in
     uint64_t mask = 0;
     c->n_swaps = 0;
     c->clock++;
+    for (int32_t i = 0; i < c->n_touched; i++) /* the last access's residents are evictable again */
+        item_changed(c, c->touched[i]);
     for (int32_t i = 0; i < n; i++) {
         int32_t item = base + ids[i];
         if (c->resid[item] >= 0) {
@@ -485,7 +564,11 @@ tdm_status tdm_cache_access(tdm_cache *c, int64_t token, int32_t layer, const in
         c->last_use[item] = c->clock;
         c->freq[item]++;
         c->score[item] += 1.0f;
+        item_changed(c, item);
+        if (c->tree)
+            c->touched[i] = item;
     }
+    c->n_touched = c->tree ? n : 0;
     switch (c->p.policy) {
     case TDM_CACHE_LRU:
     case TDM_CACHE_LFU:
@@ -499,6 +582,7 @@ tdm_status tdm_cache_access(tdm_cache *c, int64_t token, int32_t layer, const in
         for (int32_t i = 0; i < n; i++) {
             int32_t item = base + ids[i];
             c->item_next[item] = c->next_use[c->cursor * c->p.k + i];
+            item_changed(c, item);
             int32_t s = c->resid[item] >= 0 ? -1 : demand_slot(c, item);
             if (s >= 0)
                 plan(c, s, item);
