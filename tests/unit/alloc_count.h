@@ -1,7 +1,9 @@
-/* alloc_count: counts calls of the malloc family while counting is on, for
- * tests that show a path never allocates. Include it in exactly one file of a
- * test binary: it defines malloc, calloc and realloc, which forward to
- * glibc's and count (every thread's calls, so a pool's workers count too).
+/* alloc_count: counts calls of malloc, calloc and realloc while counting is
+ * on, for tests that show a path never allocates. Include it in exactly one
+ * file of a test binary: it defines the three, which forward to glibc's and
+ * count (every thread's calls, so a pool's workers count too). Not counted:
+ * memalign and its kin, which the engine does not call but libgomp does (a
+ * team structure for a one-thread parallel region, test_no_alloc.c).
  * Sanitizer builds bring their own allocator; there ALLOC_COUNT_WORKS is 0
  * and the tests say that they skipped. */
 #ifndef TDM_TEST_ALLOC_COUNT_H

@@ -8,7 +8,15 @@
  *   - whole generations (sampler with top-k/top-p/min-p and penalties, a stop
  *     string, streaming detokenisation): 40 tokens allocate exactly as much
  *     as 8, so nothing is allocated per token.
- * The counter is checked to count. Sanitizer builds skip (own allocator). */
+ * The counter is checked to count. Sanitizer builds skip (own allocator).
+ *
+ * What this does not see: libgomp allocates a team (memalign) for every
+ * parallel region of one thread, and the CPU forward runs its small loops as
+ * num_threads(1) regions (par() in forward.c): ~89 such allocations per
+ * decode step on the demo model at 1-4 threads (counted by interposing
+ * memalign, session 32). Running those loops outside a parallel region
+ * removes them; until then the CPU path's per-token allocations are the
+ * OpenMP runtime's, not zero. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
