@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -241,6 +242,26 @@ static int par(const tdm_forward *f, double work)
     return work < 32768.0 ? 1 : nthreads(f);
 }
 
+/* Runs body(ctx, i) for i in [0, n) on nth threads, statically or one at a
+ * time (dynamic). With one thread it loops here, outside any parallel
+ * region: libgomp allocates a team for every region, even of one thread,
+ * and these loops run per token. */
+static void run_loop(int nth, bool dynamic, int64_t n, void (*body)(void *ctx, int64_t i), void *ctx)
+{
+    if (nth <= 1) {
+        for (int64_t i = 0; i < n; i++)
+            body(ctx, i);
+    } else if (dynamic) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+        for (int64_t i = 0; i < n; i++)
+            body(ctx, i);
+    } else {
+#pragma omp parallel for schedule(static) num_threads(nth)
+        for (int64_t i = 0; i < n; i++)
+            body(ctx, i);
+    }
+}
+
 /* Declares x [n][cols] as the input of the following matmuls. */
 static void act_set(tdm_forward *f, const float *x, int32_t n, int64_t cols)
 {
@@ -249,6 +270,20 @@ static void act_set(tdm_forward *f, const float *x, int32_t n, int64_t cols)
     f->act_cols = cols;
     for (int i = 0; i < NQSLOT; i++)
         f->act[i].used = false;
+}
+
+typedef struct quant_ctx {
+    tdm_qtype wt;
+    const float *x; /* [n][cols] */
+    uint8_t *buf;   /* [n][rb] */
+    size_t rb;
+    int64_t cols;
+} quant_ctx;
+
+static void quant_row(void *ctx, int64_t t)
+{
+    const quant_ctx *q = ctx;
+    tdm_act_quantize(q->wt, q->x + (size_t)t * q->cols, q->buf + (size_t)t * q->rb, q->cols);
 }
 
 /* The current input in w's activation format; *stride = bytes per token. */
@@ -271,17 +306,37 @@ static const void *act_get(tdm_forward *f, tdm_qtype wt, size_t *stride)
     if (slot < 0)
         slot = 0; /* more formats than slots: recompute (never happens with ggml's types) */
     act_slot *a = &f->act[slot];
-    const float *x = f->act_src;
-    const int64_t cols = f->act_cols;
-#pragma omp parallel for schedule(static) num_threads(par(f, (double)f->act_n * cols * 4))
-    for (int32_t t = 0; t < f->act_n; t++)
-        tdm_act_quantize(wt, x + (size_t)t * cols, a->buf + (size_t)t * rb, cols);
+    quant_ctx q = {wt, f->act_src, a->buf, rb, f->act_cols};
+    run_loop(par(f, (double)f->act_n * f->act_cols * 4), false, f->act_n, quant_row, &q);
     a->vdt = vdt;
     a->used = true;
     return a->buf;
 }
 
 #define MM_MAX 4
+
+typedef struct mm_ctx {
+    const tdm_weight *const *ws;
+    float *const *ys;
+    const void *const *xq;
+    const size_t *xs;
+    int64_t first[MM_MAX + 1]; /* first row block of each matrix; first[count]: all */
+    int64_t rb;                /* rows per block */
+    int32_t n;                 /* tokens */
+} mm_ctx;
+
+/* Row block b of the matrices' concatenated row blocks. */
+static void mm_block(void *ctx, int64_t b)
+{
+    const mm_ctx *m = ctx;
+    int i = 0;
+    while (b >= m->first[i + 1])
+        i++;
+    const tdm_weight *w = m->ws[i];
+    const int64_t r0 = (b - m->first[i]) * m->rb, r1 = r0 + m->rb < w->rows ? r0 + m->rb : w->rows;
+    tdm_matmul_rows(w->type, w->cols, w->data, w->row_bytes, r0, r1, m->xq[i], m->xs[i], m->n, m->ys[i],
+                    (size_t)w->rows);
+}
 
 /* ys[i][t * rows_i + r] = W_i row r . input_t for up to MM_MAX matrices that
  * share the current input, as one parallel loop over row blocks of all of
@@ -290,7 +345,7 @@ static void matmul_multi(tdm_forward *f, int count, const tdm_weight *const *ws,
 {
     const void *xq[MM_MAX];
     size_t xs[MM_MAX];
-    int64_t first[MM_MAX + 1], total_rows = 0;
+    int64_t total_rows = 0;
     double work = 0;
     for (int i = 0; i < count; i++) {
         xq[i] = act_get(f, ws[i]->type, &xs[i]);
@@ -301,19 +356,11 @@ static void matmul_multi(tdm_forward *f, int count, const tdm_weight *const *ws,
     int64_t rb = (total_rows + nth * 4 - 1) / (nth * 4);
     if (rb < 4)
         rb = 4;
-    first[0] = 0;
+    mm_ctx m = {.ws = ws, .ys = ys, .xq = xq, .xs = xs, .rb = rb, .n = f->act_n};
+    m.first[0] = 0;
     for (int i = 0; i < count; i++)
-        first[i + 1] = first[i] + (ws[i]->rows + rb - 1) / rb;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
-    for (int64_t b = 0; b < first[count]; b++) {
-        int i = 0;
-        while (b >= first[i + 1])
-            i++;
-        const tdm_weight *w = ws[i];
-        const int64_t r0 = (b - first[i]) * rb, r1 = r0 + rb < w->rows ? r0 + rb : w->rows;
-        tdm_matmul_rows(w->type, w->cols, w->data, w->row_bytes, r0, r1, xq[i], xs[i], f->act_n, ys[i],
-                        (size_t)w->rows);
-    }
+        m.first[i + 1] = m.first[i] + (ws[i]->rows + rb - 1) / rb;
+    run_loop(nth, true, m.first[count], mm_block, &m);
 }
 
 static void matmul(tdm_forward *f, const tdm_weight *w, float *y)
@@ -321,20 +368,41 @@ static void matmul(tdm_forward *f, const tdm_weight *w, float *y)
     matmul_multi(f, 1, &w, &y);
 }
 
-static void rmsnorm_rows(tdm_forward *f, const float *x, const tdm_weight *w, float *y, int32_t n)
+/* Rows of d floats: out[t] from in[t] (and a norm's weight w). */
+typedef struct rows_ctx {
+    float *out;
+    const float *in, *w;
+    int64_t d;
+    float eps;
+} rows_ctx;
+
+static void rmsnorm_row(void *ctx, int64_t t)
 {
-    const int64_t d = f->hp->n_embd;
-#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * d * 2))
-    for (int32_t t = 0; t < n; t++)
-        tdm_op_rmsnorm(x + (size_t)t * d, (const float *)w->data, y + (size_t)t * d, d, f->hp->norm_eps);
+    const rows_ctx *r = ctx;
+    tdm_op_rmsnorm(r->in + (size_t)t * r->d, r->w, r->out + (size_t)t * r->d, r->d, r->eps);
 }
 
+/* y[t] = RMSNorm(x[t]) * w */
+static void rmsnorm_rows(tdm_forward *f, const float *x, const tdm_weight *w, float *y, int32_t n)
+{
+    rows_ctx r = {y, x, (const float *)w->data, f->hp->n_embd, f->hp->norm_eps};
+    run_loop(par(f, (double)n * r.d * 2), false, n, rmsnorm_row, &r);
+}
+
+static void add_row(void *ctx, int64_t t)
+{
+    const rows_ctx *r = ctx;
+    float *out = r->out + (size_t)t * r->d;
+    const float *in = r->in + (size_t)t * r->d;
+    for (int64_t i = 0; i < r->d; i++)
+        out[i] += in[i];
+}
+
+/* x[t] += y[t] */
 static void add_rows(tdm_forward *f, float *x, const float *y, int32_t n)
 {
-    const size_t total = (size_t)n * (size_t)f->hp->n_embd;
-#pragma omp parallel for schedule(static) num_threads(par(f, (double)total))
-    for (size_t i = 0; i < total; i++)
-        x[i] += y[i];
+    rows_ctx r = {x, y, NULL, f->hp->n_embd, 0};
+    run_loop(par(f, (double)n * r.d), false, n, add_row, &r);
 }
 
 static inline float sigmoidf(float v)
@@ -349,50 +417,73 @@ static inline float siluf(float v)
 
 /* ---- attention layer: x += attention(RMSNorm(x)) for n tokens at pos0.. ---- */
 
+typedef struct attn_ctx {
+    const tdm_forward *f;
+    const tdm_layer *L;
+    float *Q, *K, *V;   /* [n][q_out], [n][kv_dim] x 2 */
+    float *kc, *vc;     /* the layer's cache [n_ctx][kv_dim] */
+    int32_t pos0, H, Hkv, hd, group;
+    int64_t qo, kvd, ostride, qh_stride;
+    float scale;
+} attn_ctx;
+
+/* Token t: q and k heads normalised and rotated, k and v into the cache. */
+static void attn_qk_row(void *ctx, int64_t t)
+{
+    const attn_ctx *a = ctx;
+    const tdm_hparams *hp = a->f->hp;
+    const int64_t pos = a->pos0 + t;
+    for (int32_t h = 0; h < a->H; h++) {
+        float *q = a->Q + (size_t)t * a->qo + (size_t)h * a->qh_stride;
+        tdm_op_rmsnorm(q, (const float *)a->L->q_norm.data, q, a->hd, hp->norm_eps);
+        tdm_op_rope_neox(q, hp->n_rot, pos, hp->rope_base);
+    }
+    for (int32_t g = 0; g < a->Hkv; g++) {
+        float *k = a->K + (size_t)t * a->kvd + (size_t)g * a->hd;
+        tdm_op_rmsnorm(k, (const float *)a->L->k_norm.data, k, a->hd, hp->norm_eps);
+        tdm_op_rope_neox(k, hp->n_rot, pos, hp->rope_base);
+    }
+    memcpy(a->kc + (size_t)pos * a->kvd, a->K + (size_t)t * a->kvd, (size_t)a->kvd * sizeof(float));
+    memcpy(a->vc + (size_t)pos * a->kvd, a->V + (size_t)t * a->kvd, (size_t)a->kvd * sizeof(float));
+}
+
+/* Head h of token t (th = t * H + h) attends over the cache (and is gated). */
+static void attn_head(void *ctx, int64_t th)
+{
+    const attn_ctx *a = ctx;
+    const tdm_forward *f = a->f;
+    const int32_t t = (int32_t)(th / a->H), h = (int32_t)(th % a->H), g = h / a->group;
+    const float *q = a->Q + (size_t)t * a->qo + (size_t)h * a->qh_stride;
+    float *o = f->ao + (size_t)t * a->ostride + (size_t)h * a->hd;
+    float *sc = f->scores + (size_t)omp_get_thread_num() * f->n_ctx;
+    tdm_op_attend(q, a->kc + (size_t)g * a->hd, a->vc + (size_t)g * a->hd, (size_t)a->kvd, a->pos0 + t + 1, a->hd,
+                  a->scale, sc, o);
+    if (f->hp->attn_gated) {
+        const float *gate = q + a->hd;
+        for (int32_t i = 0; i < a->hd; i++)
+            o[i] *= sigmoidf(gate[i]);
+    }
+}
+
 static void attention_layer(tdm_forward *f, const tdm_layer *L, int32_t n, int32_t pos0)
 {
     const tdm_hparams *hp = f->hp;
     const int32_t H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
-    const int64_t qo = f->q_out, kvd = f->kv_dim, ostride = (int64_t)H * hd;
-    const int64_t qh_stride = hp->attn_gated ? 2 * hd : hd; /* per-head [q | gate] */
-    float *Q = f->p1, *K = f->p2, *V = f->p3;
-    float *kc = f->kcache + (size_t)L->slot * f->n_ctx * kvd;
-    float *vc = f->vcache + (size_t)L->slot * f->n_ctx * kvd;
+    const int64_t kvd = f->kv_dim;
+    attn_ctx a = {
+        .f = f, .L = L, .Q = f->p1, .K = f->p2, .V = f->p3,
+        .kc = f->kcache + (size_t)L->slot * f->n_ctx * kvd, .vc = f->vcache + (size_t)L->slot * f->n_ctx * kvd,
+        .pos0 = pos0, .H = H, .Hkv = Hkv, .hd = hd, .group = H / Hkv,
+        .qo = f->q_out, .kvd = kvd, .ostride = (int64_t)H * hd,
+        .qh_stride = hp->attn_gated ? 2 * hd : hd, /* per-head [q | gate] */
+        .scale = (float)(1.0 / sqrt((double)hd)),
+    };
     rmsnorm_rows(f, f->x, &L->attn_norm, f->xn, n);
     act_set(f, f->xn, n, hp->n_embd);
-    matmul_multi(f, 3, (const tdm_weight *const[]){&L->wq, &L->wk, &L->wv}, (float *const[]){Q, K, V});
-#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * (H + Hkv) * hd * 8))
-    for (int32_t t = 0; t < n; t++) {
-        const int64_t pos = pos0 + t;
-        for (int32_t h = 0; h < H; h++) {
-            float *q = Q + (size_t)t * qo + (size_t)h * qh_stride;
-            tdm_op_rmsnorm(q, (const float *)L->q_norm.data, q, hd, hp->norm_eps);
-            tdm_op_rope_neox(q, hp->n_rot, pos, hp->rope_base);
-        }
-        for (int32_t g = 0; g < Hkv; g++) {
-            float *k = K + (size_t)t * kvd + (size_t)g * hd;
-            tdm_op_rmsnorm(k, (const float *)L->k_norm.data, k, hd, hp->norm_eps);
-            tdm_op_rope_neox(k, hp->n_rot, pos, hp->rope_base);
-        }
-        memcpy(kc + (size_t)pos * kvd, K + (size_t)t * kvd, (size_t)kvd * sizeof(float));
-        memcpy(vc + (size_t)pos * kvd, V + (size_t)t * kvd, (size_t)kvd * sizeof(float));
-    }
-    const float scale = (float)(1.0 / sqrt((double)hd));
-    const int32_t group = H / Hkv;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(par(f, (double)n * H * (pos0 + n) * hd * 2))
-    for (int64_t th = 0; th < (int64_t)n * H; th++) {
-        const int32_t t = (int32_t)(th / H), h = (int32_t)(th % H), g = h / group;
-        const float *q = Q + (size_t)t * qo + (size_t)h * qh_stride;
-        float *o = f->ao + (size_t)t * ostride + (size_t)h * hd;
-        float *sc = f->scores + (size_t)omp_get_thread_num() * f->n_ctx;
-        tdm_op_attend(q, kc + (size_t)g * hd, vc + (size_t)g * hd, (size_t)kvd, pos0 + t + 1, hd, scale, sc, o);
-        if (hp->attn_gated) {
-            const float *gate = q + hd;
-            for (int32_t i = 0; i < hd; i++)
-                o[i] *= sigmoidf(gate[i]);
-        }
-    }
-    act_set(f, f->ao, n, ostride);
+    matmul_multi(f, 3, (const tdm_weight *const[]){&L->wq, &L->wk, &L->wv}, (float *const[]){a.Q, a.K, a.V});
+    run_loop(par(f, (double)n * (H + Hkv) * hd * 8), false, n, attn_qk_row, &a);
+    run_loop(par(f, (double)n * H * (pos0 + n) * hd * 2), true, (int64_t)n * H, attn_head, &a);
+    act_set(f, f->ao, n, a.ostride);
     matmul(f, &L->wo, f->p2);
     add_rows(f, f->x, f->p2, n);
 }
@@ -429,16 +520,73 @@ static void deltanet_gates(tdm_forward *f, const tdm_layer *L, int32_t n, const 
     }
 }
 
+typedef struct dn_ctx {
+    const tdm_forward *f;
+    const tdm_layer *L;
+    float *Y;          /* conv output [n][cd] (q | k | v), then the gated norm's [n][vd] */
+    const float *Z;    /* [n][vd] */
+    float *O;          /* [n][cd] heads' outputs, conv stride */
+    float *S0;         /* the layer's states [Hv][dk][dv] */
+    int32_t n, Hk, Hv, dk, dv, r;
+    int64_t cd, vd;
+    float qscale;
+    bool chunked;
+} dn_ctx;
+
+/* q or k head th % (2 Hk) of token th / (2 Hk): L2-normalised (q also scaled). */
+static void dn_l2_head(void *ctx, int64_t th)
+{
+    const dn_ctx *c = ctx;
+    float *v = c->Y + (size_t)(th / (2 * c->Hk)) * c->cd + (size_t)(th % (2 * c->Hk)) * c->dk;
+    double ss = 0;
+    for (int32_t i = 0; i < c->dk; i++)
+        ss += (double)v[i] * v[i];
+    const float s = (float)(1.0 / sqrt(ss + 1e-6)) * ((th % (2 * c->Hk)) < c->Hk ? c->qscale : 1.0f);
+    for (int32_t i = 0; i < c->dk; i++)
+        v[i] *= s;
+}
+
+/* Value head j over the n tokens: the recurrence (or its chunked form). */
+static void dn_head(void *ctx, int64_t j)
+{
+    const dn_ctx *c = ctx;
+    const tdm_forward *f = c->f;
+    const int32_t n = c->n, dk = c->dk, dv = c->dv;
+    const int32_t kh = f->hp->vhead_tiled ? (int32_t)(j % c->Hk) : (int32_t)(j / c->r);
+    const float *q = c->Y + (size_t)kh * dk, *k = c->Y + (size_t)(c->Hk + kh) * dk;
+    const float *v = c->Y + (size_t)2 * c->Hk * dk + (size_t)j * dv;
+    const float *g = f->gb + (size_t)j * n, *beta = f->gb + (size_t)c->Hv * n + (size_t)j * n;
+    float *S = c->S0 + (size_t)j * dk * dv, *o = c->O + (size_t)j * dv;
+    if (c->chunked)
+        tdm_op_deltanet_chunked(q, k, (size_t)c->cd, v, (size_t)c->cd, g, beta, n, dk, dv, S, o,
+                                f->dnws + (size_t)omp_get_thread_num() * f->dnws_floats);
+    else
+        tdm_op_deltanet_recurrent(q, k, (size_t)c->cd, v, (size_t)c->cd, g, beta, n, dk, dv, S, o);
+}
+
+/* Head j of token t (th = t * Hv + j): gated RMSNorm, packed to [n][vd] in Y. */
+static void dn_gated_norm(void *ctx, int64_t th)
+{
+    const dn_ctx *c = ctx;
+    const int64_t t = th / c->Hv, j = th % c->Hv;
+    const float *o = c->O + (size_t)t * c->cd + (size_t)j * c->dv;
+    const float *z = c->Z + (size_t)t * c->vd + (size_t)j * c->dv;
+    float *y = c->Y + (size_t)t * c->vd + (size_t)j * c->dv;
+    float tmp[MAX_DV];
+    tdm_op_rmsnorm(o, (const float *)c->L->ssm_norm.data, tmp, c->dv, c->f->hp->norm_eps);
+    for (int32_t i = 0; i < c->dv; i++)
+        y[i] = tmp[i] * siluf(z[i]);
+}
+
 static void deltanet_layer(tdm_forward *f, const tdm_layer *L, int32_t n)
 {
     const tdm_hparams *hp = f->hp;
     const int32_t Hk = hp->ssm_n_k_heads, Hv = hp->ssm_n_v_heads, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
-    const int32_t K = hp->ssm_conv_kernel, r = Hv / Hk;
+    const int32_t K = hp->ssm_conv_kernel;
     const int64_t cd = f->conv_dim, vd = f->v_dim;
     float *QKV = f->p1, *Z = f->p2, *Y = f->p3;
     float *bsrc = f->ao, *asrc = f->ao + (size_t)n * Hv;
     float *conv_state = f->rec + (size_t)L->slot * (size_t)(K - 1) * cd;
-    float *S0 = f->ssm + (size_t)L->slot * Hv * dk * dv;
     rmsnorm_rows(f, f->x, &L->attn_norm, f->xn, n);
     act_set(f, f->xn, n, hp->n_embd);
     if (L->ssm_ba.data)
@@ -449,43 +597,18 @@ static void deltanet_layer(tdm_forward *f, const tdm_layer *L, int32_t n)
                      (float *const[]){QKV, Z, bsrc, asrc});
     deltanet_gates(f, L, n, bsrc, asrc);
     tdm_op_conv_silu(QKV, Y, conv_state, (const float *)L->ssm_conv.data, n, cd, K);
-    const float qscale = (float)(1.0 / sqrt((double)dk));
-#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * 2 * Hk * dk * 2))
-    for (int64_t th = 0; th < (int64_t)n * 2 * Hk; th++) { /* L2-normalise q and k heads */
-        float *v = Y + (size_t)(th / (2 * Hk)) * cd + (size_t)(th % (2 * Hk)) * dk;
-        double ss = 0;
-        for (int32_t i = 0; i < dk; i++)
-            ss += (double)v[i] * v[i];
-        const float s = (float)(1.0 / sqrt(ss + 1e-6)) * ((th % (2 * Hk)) < Hk ? qscale : 1.0f);
-        for (int32_t i = 0; i < dk; i++)
-            v[i] *= s;
-    }
-    const bool chunked = f->dn_mode == TDM_DELTANET_CHUNKED || (f->dn_mode == TDM_DELTANET_AUTO && n > 1);
-    float *O = f->ao + (size_t)2 * n * Hv; /* [n][vd] after the b/a inputs */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(par(f, (double)n * Hv * dk * dv * 3))
-    for (int32_t j = 0; j < Hv; j++) {
-        const int32_t kh = hp->vhead_tiled ? j % Hk : j / r;
-        const float *q = Y + (size_t)kh * dk, *k = Y + (size_t)(Hk + kh) * dk, *v = Y + (size_t)2 * Hk * dk + (size_t)j * dv;
-        const float *g = f->gb + (size_t)j * n, *beta = f->gb + (size_t)Hv * n + (size_t)j * n;
-        float *S = S0 + (size_t)j * dk * dv, *o = O + (size_t)j * dv;
-        if (chunked)
-            tdm_op_deltanet_chunked(q, k, (size_t)cd, v, (size_t)cd, g, beta, n, dk, dv, S, o, f->dnws +
-                                    (size_t)omp_get_thread_num() * f->dnws_floats);
-        else
-            tdm_op_deltanet_recurrent(q, k, (size_t)cd, v, (size_t)cd, g, beta, n, dk, dv, S, o);
-    }
+    dn_ctx c = {
+        .f = f, .L = L, .Y = Y, .Z = Z,
+        .O = f->ao + (size_t)2 * n * Hv, /* [n][vd] after the b/a inputs */
+        .S0 = f->ssm + (size_t)L->slot * Hv * dk * dv,
+        .n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .r = Hv / Hk, .cd = cd, .vd = vd,
+        .qscale = (float)(1.0 / sqrt((double)dk)),
+        .chunked = f->dn_mode == TDM_DELTANET_CHUNKED || (f->dn_mode == TDM_DELTANET_AUTO && n > 1),
+    };
+    run_loop(par(f, (double)n * 2 * Hk * dk * 2), false, (int64_t)n * 2 * Hk, dn_l2_head, &c);
+    run_loop(par(f, (double)n * Hv * dk * dv * 3), true, Hv, dn_head, &c);
     /* O rows were written with the conv stride; gated RMSNorm packs them to [n][vd] in Y */
-#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * vd * 4))
-    for (int64_t th = 0; th < (int64_t)n * Hv; th++) {
-        const int64_t t = th / Hv, j = th % Hv;
-        const float *o = O + (size_t)t * cd + (size_t)j * dv;
-        const float *z = Z + (size_t)t * vd + (size_t)j * dv;
-        float *y = Y + (size_t)t * vd + (size_t)j * dv;
-        float tmp[MAX_DV];
-        tdm_op_rmsnorm(o, (const float *)L->ssm_norm.data, tmp, dv, hp->norm_eps);
-        for (int32_t i = 0; i < dv; i++)
-            y[i] = tmp[i] * siluf(z[i]);
-    }
+    run_loop(par(f, (double)n * vd * 4), false, (int64_t)n * Hv, dn_gated_norm, &c);
     act_set(f, Y, n, vd);
     matmul(f, &L->ssm_out, f->p2);
     add_rows(f, f->x, f->p2, n);
@@ -501,6 +624,18 @@ static tdm_experts_desc expert_desc(const tdm_weight *gate, const tdm_weight *up
         .gate_stride = gate->mat_bytes, .up_stride = up->mat_bytes, .down_stride = down->mat_bytes,
         .n_embd = gate->cols, .n_ff = gate->rows, .n_expert = (int32_t)gate->n_mat,
     };
+}
+
+/* Token t's top-k experts from its router logits, also as selections. */
+static void route_row(void *ctx, int64_t t)
+{
+    tdm_forward *f = ctx;
+    const int32_t k = f->hp->n_expert_used, E = f->hp->n_expert;
+    int32_t *ids = f->ids + (size_t)t * k;
+    float *wts = f->wts + (size_t)t * k;
+    tdm_op_router_topk(f->rl + (size_t)t * E, E, k, f->hp->norm_topk, ids, wts);
+    for (int32_t i = 0; i < k; i++)
+        f->sel[(size_t)t * k + i] = (tdm_expert_sel){(int32_t)t, ids[i], wts[i]};
 }
 
 static tdm_status ffn_layer(tdm_forward *f, const tdm_layer *L, int32_t il, int32_t n, int32_t pos0, tdm_error *err)
@@ -523,12 +658,7 @@ static tdm_status ffn_layer(tdm_forward *f, const tdm_layer *L, int32_t il, int3
     float *sg = f->p1; /* [n] shared-expert gate logits */
     matmul_multi(f, L->shexp_gate.data ? 2 : 1, (const tdm_weight *const[]){&L->router, &L->shexp_gate},
                  (float *const[]){f->rl, sg});
-#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * E * k))
-    for (int32_t t = 0; t < n; t++) {
-        tdm_op_router_topk(f->rl + (size_t)t * E, E, k, hp->norm_topk, f->ids + (size_t)t * k, f->wts + (size_t)t * k);
-        for (int32_t i = 0; i < k; i++)
-            f->sel[(size_t)t * k + i] = (tdm_expert_sel){t, f->ids[(size_t)t * k + i], f->wts[(size_t)t * k + i]};
-    }
+    run_loop(par(f, (double)n * E * k), false, n, route_row, f);
     if (f->hook)
         for (int32_t t = 0; t < n; t++)
             f->hook(f->hook_user, pos0 + t, il, k, f->ids + (size_t)t * k, f->wts + (size_t)t * k);
@@ -554,17 +684,28 @@ static tdm_status ffn_layer(tdm_forward *f, const tdm_layer *L, int32_t il, int3
 
 /* ---- driver ---- */
 
+typedef struct embed_ctx {
+    tdm_forward *f;
+    const tdm_weight *te;
+    const int32_t *tokens;
+    atomic_int bad; /* a row that did not dequantise */
+} embed_ctx;
+
+static void embed_row(void *ctx, int64_t t)
+{
+    embed_ctx *e = ctx;
+    const int64_t d = e->f->hp->n_embd;
+    const uint8_t *row = (const uint8_t *)e->te->data + (size_t)e->tokens[t] * e->te->row_bytes;
+    if (tdm_dequant_row(e->te->type, row, e->f->x + (size_t)t * d, d, NULL) != TDM_OK)
+        atomic_store_explicit(&e->bad, 1, memory_order_relaxed);
+}
+
 static tdm_status embed(tdm_forward *f, const int32_t *tokens, int32_t n, tdm_error *err)
 {
     const tdm_weight *te = tdm_model_tok_embd(f->m);
-    const int64_t d = f->hp->n_embd;
-    int bad = 0;
-#pragma omp parallel for schedule(static) num_threads(par(f, (double)n * d * 4)) reduction(| : bad)
-    for (int32_t t = 0; t < n; t++) {
-        const uint8_t *row = (const uint8_t *)te->data + (size_t)tokens[t] * te->row_bytes;
-        bad |= tdm_dequant_row(te->type, row, f->x + (size_t)t * d, d, NULL) != TDM_OK;
-    }
-    if (bad)
+    embed_ctx e = {f, te, tokens, 0};
+    run_loop(par(f, (double)n * f->hp->n_embd * 4), false, n, embed_row, &e);
+    if (atomic_load(&e.bad))
         return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "cannot dequantise %s of type %s", te->name,
                              tdm_qtype_name(te->type));
     return TDM_OK;

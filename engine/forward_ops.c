@@ -65,28 +65,39 @@ static inline float silu(float v)
 
 #define CONV_MAX_K 16
 
+/* Channel c of tdm_op_conv_silu. */
+static void conv_channel(const float *u, float *y, float *state, const float *w, int64_t n, int64_t dim, int32_t K,
+                         int64_t c)
+{
+    float prev[CONV_MAX_K];
+    const float *wc = w + c * K;
+    for (int32_t i = 0; i < K - 1; i++)
+        prev[i] = state[(size_t)i * dim + c];
+    for (int64_t t = 0; t < n; t++) {
+        const float cur = u[t * dim + c];
+        float acc = wc[K - 1] * cur;
+        for (int32_t i = 0; i < K - 1; i++)
+            acc += wc[i] * prev[i];
+        for (int32_t i = 0; i + 1 < K - 1; i++)
+            prev[i] = prev[i + 1];
+        if (K > 1)
+            prev[K - 2] = cur;
+        y[t * dim + c] = silu(acc);
+    }
+    for (int32_t i = 0; i < K - 1; i++)
+        state[(size_t)i * dim + c] = prev[i];
+}
+
 void tdm_op_conv_silu(const float *u, float *y, float *state, const float *w, int64_t n, int64_t dim, int32_t K)
 {
-#pragma omp parallel for schedule(static) if ((double)n * dim * K > 32768.0)
-    for (int64_t c = 0; c < dim; c++) {
-        float prev[CONV_MAX_K];
-        const float *wc = w + c * K;
-        for (int32_t i = 0; i < K - 1; i++)
-            prev[i] = state[(size_t)i * dim + c];
-        for (int64_t t = 0; t < n; t++) {
-            const float cur = u[t * dim + c];
-            float acc = wc[K - 1] * cur;
-            for (int32_t i = 0; i < K - 1; i++)
-                acc += wc[i] * prev[i];
-            for (int32_t i = 0; i + 1 < K - 1; i++)
-                prev[i] = prev[i + 1];
-            if (K > 1)
-                prev[K - 2] = cur;
-            y[t * dim + c] = silu(acc);
-        }
-        for (int32_t i = 0; i < K - 1; i++)
-            state[(size_t)i * dim + c] = prev[i];
+    if ((double)n * dim * K <= 32768.0) { /* small (a decode step): no parallel region, which libgomp allocates */
+        for (int64_t c = 0; c < dim; c++)
+            conv_channel(u, y, state, w, n, dim, K, c);
+        return;
     }
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < dim; c++)
+        conv_channel(u, y, state, w, n, dim, K, c);
 }
 
 void tdm_op_deltanet_recurrent(const float *q, const float *k, size_t qk_stride, const float *v, size_t v_stride,

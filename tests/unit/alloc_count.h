@@ -1,14 +1,14 @@
-/* alloc_count: counts calls of malloc, calloc and realloc while counting is
- * on, for tests that show a path never allocates. Include it in exactly one
- * file of a test binary: it defines the three, which forward to glibc's and
- * count (every thread's calls, so a pool's workers count too). Not counted:
- * memalign and its kin, which the engine does not call but libgomp does (a
- * team structure for a one-thread parallel region, test_no_alloc.c).
- * Sanitizer builds bring their own allocator; there ALLOC_COUNT_WORKS is 0
- * and the tests say that they skipped. */
+/* alloc_count: counts heap allocations (malloc, calloc, realloc, memalign,
+ * aligned_alloc, posix_memalign) while counting is on, for tests that show a
+ * path never allocates. Include it in exactly one file of a test binary: it
+ * defines them, forwarding to glibc's and counting every thread's calls (a
+ * pool's workers, the OpenMP runtime's teams). Sanitizer builds bring their
+ * own allocator; there ALLOC_COUNT_WORKS is 0 and the tests say that they
+ * skipped. */
 #ifndef TDM_TEST_ALLOC_COUNT_H
 #define TDM_TEST_ALLOC_COUNT_H
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,27 +27,50 @@
 static atomic_int alloc_calls;
 static atomic_bool alloc_counting;
 
+static inline void alloc_count_one(void)
+{
+    if (atomic_load_explicit(&alloc_counting, memory_order_relaxed))
+        atomic_fetch_add(&alloc_calls, 1);
+}
+
 #if ALLOC_COUNT_WORKS
 extern void *__libc_malloc(size_t n);
 extern void *__libc_calloc(size_t n, size_t size);
 extern void *__libc_realloc(void *p, size_t n);
+extern void *__libc_memalign(size_t align, size_t n);
 void *malloc(size_t n)
 {
-    if (atomic_load_explicit(&alloc_counting, memory_order_relaxed))
-        atomic_fetch_add(&alloc_calls, 1);
+    alloc_count_one();
     return __libc_malloc(n);
 }
 void *calloc(size_t n, size_t size)
 {
-    if (atomic_load_explicit(&alloc_counting, memory_order_relaxed))
-        atomic_fetch_add(&alloc_calls, 1);
+    alloc_count_one();
     return __libc_calloc(n, size);
 }
 void *realloc(void *p, size_t n)
 {
-    if (atomic_load_explicit(&alloc_counting, memory_order_relaxed))
-        atomic_fetch_add(&alloc_calls, 1);
+    alloc_count_one();
     return __libc_realloc(p, n);
+}
+void *memalign(size_t align, size_t n)
+{
+    alloc_count_one();
+    return __libc_memalign(align, n);
+}
+void *aligned_alloc(size_t align, size_t n)
+{
+    return memalign(align, n);
+}
+int posix_memalign(void **out, size_t align, size_t n)
+{
+    if (align % sizeof(void *) || (align & (align - 1)))
+        return EINVAL;
+    void *p = memalign(align, n);
+    if (!p)
+        return ENOMEM;
+    *out = p;
+    return 0;
 }
 #endif
 
