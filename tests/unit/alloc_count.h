@@ -3,8 +3,8 @@
  * path never allocates. Include it in exactly one file of a test binary: it
  * defines them, forwarding to glibc's and counting every thread's calls (a
  * pool's workers, the OpenMP runtime's teams). Sanitizer builds bring their
- * own allocator; there ALLOC_COUNT_WORKS is 0 and the tests say that they
- * skipped. */
+ * own allocator; there ALLOC_COUNT_WORKS is 0 and alloc_count_or_skip()
+ * skips the calling cmocka test (include cmocka.h first). */
 #ifndef TDM_TEST_ALLOC_COUNT_H
 #define TDM_TEST_ALLOC_COUNT_H
 
@@ -73,6 +73,13 @@ int posix_memalign(void **out, size_t align, size_t n)
     return 0;
 }
 #endif
+
+/* Skips the current cmocka test where the counter cannot see allocations. */
+static inline void alloc_count_or_skip(void)
+{
+    if (!ALLOC_COUNT_WORKS)
+        skip();
+}
 
 /* Starts counting from zero. */
 static inline void alloc_count_start(void)

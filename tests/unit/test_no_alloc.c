@@ -33,14 +33,6 @@
 
 static tdm_model *model;
 
-/* Sanitizer builds bring their own allocator, which alloc_count.h does not
- * see: the tests skip there. */
-static void counter_or_skip(void)
-{
-    if (!ALLOC_COUNT_WORKS)
-        skip();
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -78,7 +70,6 @@ static int decode_allocs(tdm_session *s)
     prompt_tokens(tok, 8);
     assert_int_equal(tdm_session_eval(s, tok, 8, NULL, &err), TDM_OK);
     int32_t next = tok[7];
-    int calls = 0;
     for (int i = 0; i < WARM + STEPS; i++) {
         if (i == WARM)
             alloc_count_start();
@@ -89,14 +80,13 @@ static int decode_allocs(tdm_session *s)
             next = (next + 101) % tdm_model_hparams(model)->n_vocab;
         }
     }
-    calls = alloc_count_stop();
-    return calls;
+    return alloc_count_stop();
 }
 
 static void test_counter_counts(void **state)
 {
     (void)state;
-    counter_or_skip();
+    alloc_count_or_skip();
     alloc_count_start();
     void *volatile a = malloc(8); /* volatile: the calls must not be optimised away */
     void *volatile b = calloc(2, 8);
@@ -118,7 +108,7 @@ static void test_counter_counts(void **state)
 static void test_cpu_decode(void **state)
 {
     (void)state;
-    counter_or_skip();
+    alloc_count_or_skip();
     tdm_session *s;
     tdm_error err = {0};
     assert_int_equal(tdm_session_new(model, 64, &s, &err), TDM_OK);
@@ -131,7 +121,7 @@ static void test_cpu_decode(void **state)
 static void test_hybrid_emulation_decode(void **state)
 {
     (void)state;
-    counter_or_skip();
+    alloc_count_or_skip();
     const tdm_hparams *hp = tdm_model_hparams(model);
     tdm_topology *topo = NULL;
     tdm_error err = {0};
@@ -204,7 +194,7 @@ static int generation_allocs(tdm_generator *g, int32_t n)
 static void test_generation(void **state)
 {
     (void)state;
-    counter_or_skip();
+    alloc_count_or_skip();
     tdm_generator *g;
     tdm_error err = {0};
     assert_int_equal(tdm_generator_new(model, 256, TDM_DEVICE_CPU, &g, &err), TDM_OK);
