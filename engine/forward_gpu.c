@@ -1403,7 +1403,15 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
     if (L->ffn == TDM_FFN_MOE) {
         ids = layer_ids(f, il);
         wts = f->wts;
-        TRY(tdm_gpu_router(f->g, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts, err));
+        /* one token: the shared expert's gate and up in the router's launch,
+         * so gate_up's blocks are the routed experts' (tdm_gpu_router_shared) */
+        moe.shared_done = n == 1 && moe.shared && !moe_grouped(f, n, moe.gate_type) &&
+                          hp->n_expert <= TDM_GPU_ROUTER_SHARED_MAX_EXPERTS;
+        if (moe.shared_done)
+            TRY(tdm_gpu_router_shared(f->g, &moe, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts,
+                                      f->xn, xq, f->h, err));
+        else
+            TRY(tdm_gpu_router(f->g, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts, err));
         if (f->hook)
             TRY(route_hook(f, il, n, pos0, k, err));
         if (staged) /* the prefetch's residency entries and slots, before anything reads them */

@@ -441,6 +441,8 @@ typedef struct tdm_gpu_moe_layer {
     const tdm_gpu_shared_expert *shared;  /* NULL when the layer has none */
     const tdm_gpu_direct_experts *direct; /* NULL: the misses are all left to the CPU;
                                            * read by tdm_gpu_moe_gate_up / _down only */
+    bool shared_done;                     /* tdm_gpu_router_shared wrote the shared expert's h
+                                           * rows: tdm_gpu_moe_gate_up leaves them */
 } tdm_gpu_moe_layer;
 
 /* Row stride of h: max(n_ff, shared n_ff). h holds, per token, k routed rows
@@ -463,7 +465,8 @@ static inline size_t tdm_gpu_moe_h_bytes(int64_t h_stride, int64_t rows)
 }
 
 /* ONE launch: h[t][i] = silu(Gate_e x[t]) * Up_e x[t] for every selected
- * expert e = ids[t][i] that is resident, plus the shared expert into h[t][k].
+ * expert e = ids[t][i] that is resident, plus the shared expert into h[t][k]
+ * (unless L->shared_done: tdm_gpu_router_shared below).
  * x: [ntok][n_embd], 16-byte aligned; ids: [ntok][k], k <= 32; h: 256-byte
  * aligned, tdm_gpu_moe_h_bytes(tdm_gpu_moe_h_stride(L), ntok * (k + shared))
  * bytes, the floats [ntok][k + shared][h_stride] first. Both fused launches
@@ -474,6 +477,19 @@ static inline size_t tdm_gpu_moe_h_bytes(int64_t h_stride, int64_t rows)
 tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
                                const void *xq, const int32_t *ids, int64_t ntok, int64_t k, float *h,
                                tdm_error *err);
+
+/* tdm_gpu_router and, in the same launch, tdm_gpu_moe_gate_up's part for
+ * L's shared expert (its h rows and their int8 copy, the same values), so
+ * that the gate_up launch after it (L->shared_done set) holds the routed
+ * experts alone (the Qwen3.5 decode step: 128 blocks instead of 144 on the
+ * H200's 132 SMs; docs/GPU.md). The shared expert's blocks compute while the launch
+ * before (the logits) may still run, under programmatic dependent launch:
+ * x and xq must not be written by that launch. n_expert <=
+ * TDM_GPU_ROUTER_SHARED_MAX_EXPERTS; L must have a shared expert. */
+#define TDM_GPU_ROUTER_SHARED_MAX_EXPERTS 256
+tdm_status tdm_gpu_router_shared(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *logits, int64_t ntok,
+                                 int64_t n_expert, int64_t k, bool renorm, int32_t *ids, float *weights,
+                                 const float *x, const void *xq, float *h, tdm_error *err);
 
 /* ONE launch: y[t] = (accumulate ? y[t] : 0) + (add ? add[t] : 0)
  *                   + sum over resident i of weights[t][i] * Down_e h[t][i]

@@ -47,17 +47,17 @@ __device__ __forceinline__ void router_lane_best(const float (&p)[PER], int n_ex
 
 static_assert(ROUTER_MAX_K <= 32, "a lane per choice");
 
-/* One warp per token, PER experts per lane held in registers (an expert
- * past n_expert: probability -1, never chosen): softmax, then k rounds of
- * arg-max; each lane keeps its own best between rounds and only the lane
- * whose expert was taken looks again; lane r keeps round r's choice. */
+/* Token t's choice by one warp, PER experts per lane held in registers (an
+ * expert past n_expert: probability -1, never chosen): softmax, then k
+ * rounds of arg-max; each lane keeps its own best between rounds and only
+ * the lane whose expert was taken looks again; lane r keeps round r's
+ * choice. Waits for the launch before (the logits) first. */
 template <int PER>
-__global__ void __launch_bounds__(32)
-    router_kernel(const float *__restrict__ logits, int n_expert, int k, int renorm, int32_t *ids,
-                  float *weights)
+__device__ __forceinline__ void router_warp(const float *__restrict__ logits, int n_expert, int k, int renorm,
+                                            int32_t *ids, float *weights, int t)
 {
     tdm_pdl_enter();
-    const int t = blockIdx.x, lane = threadIdx.x;
+    const int lane = threadIdx.x & 31;
     const float *lr = logits + (int64_t)t * n_expert;
     float p[PER];
     float mx = -INFINITY;
@@ -104,16 +104,40 @@ __global__ void __launch_bounds__(32)
     }
 }
 
+/* One warp per token. */
+template <int PER>
+__global__ void __launch_bounds__(32)
+    router_kernel(const float *__restrict__ logits, int n_expert, int k, int renorm, int32_t *ids,
+                  float *weights)
+{
+    router_warp<PER>(logits, n_expert, k, renorm, ids, weights, blockIdx.x);
+}
+
+#define MOE_CHECK(call)                                                                      \
+    do {                                                                                     \
+        tdm_status s_ = (call);                                                              \
+        if (s_ != TDM_OK)                                                                    \
+            return s_;                                                                       \
+    } while (0)
+
+/* The router's arguments (at most max_expert experts). */
+static tdm_status router_check(const float *logits, int64_t ntok, int64_t n_expert, int64_t k, const int32_t *ids,
+                               const float *weights, int max_expert, tdm_error *err)
+{
+    TDM_REQUIRE(err, logits && ids && weights, "gpu router: NULL argument");
+    TDM_REQUIRE(err, n_expert >= 1 && n_expert <= max_expert, "gpu router: n_expert=%lld outside 1..%d",
+                (long long)n_expert, max_expert);
+    TDM_REQUIRE(err, k >= 1 && k <= n_expert && k <= ROUTER_MAX_K,
+                "gpu router: k=%lld outside 1..min(n_expert, %d)", (long long)k, ROUTER_MAX_K);
+    TDM_REQUIRE(err, ntok >= 1 && ntok <= INT32_MAX, "gpu router: ntok=%lld", (long long)ntok);
+    return TDM_OK;
+}
+
 extern "C" tdm_status tdm_gpu_router(tdm_gpu *g, const float *logits, int64_t ntok,
                                      int64_t n_expert, int64_t k, bool renorm, int32_t *ids,
                                      float *weights, tdm_error *err)
 {
-    TDM_REQUIRE(err, logits && ids && weights, "gpu router: NULL argument");
-    TDM_REQUIRE(err, n_expert >= 1 && n_expert <= ROUTER_MAX_EXPERTS,
-                "gpu router: n_expert=%lld outside 1..%d", (long long)n_expert, ROUTER_MAX_EXPERTS);
-    TDM_REQUIRE(err, k >= 1 && k <= n_expert && k <= ROUTER_MAX_K,
-                "gpu router: k=%lld outside 1..min(n_expert, %d)", (long long)k, ROUTER_MAX_K);
-    TDM_REQUIRE(err, ntok >= 1 && ntok <= INT32_MAX, "gpu router: ntok=%lld", (long long)ntok);
+    MOE_CHECK(router_check(logits, ntok, n_expert, k, ids, weights, ROUTER_MAX_EXPERTS, err));
     /* experts per lane: the least power of two that covers n_expert */
     static const decltype(&router_kernel<1>) kernels[] = {router_kernel<1>, router_kernel<2>, router_kernel<4>,
                                                           router_kernel<8>, router_kernel<16>, router_kernel<32>};
@@ -183,17 +207,20 @@ struct moe_hq_out {
     int pitch;
 };
 
-/* Block = GU_TILE rows of gate and up for one selection (a (token, rank)
- * pair or the shared expert). The block quantises the token's x into
- * shared memory (a chunk of n_embd at a time; or copies xg, x's int8 copy
- * from the norm, for one token in one chunk), then each warp computes one
- * row of gate and up per pass, its lanes splitting the row's units; the
- * block's silu(g) * u go to h and, when that selection's down weights take
- * int8 activations, as one int8 group to h's int8 copy (GU_TILE = 32). */
-template <int T>
-__global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
-    moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int8_t *__restrict__ xg,
-                       const int32_t *__restrict__ ids, int k, int ntok, float *__restrict__ h, moe_hq_out hq)
+/* The block's tile (GU_TILE rows) of gate and up for one selection (a
+ * (token, rank) pair, or the shared expert when sel >= ntok * k). The block
+ * quantises the token's x into shared memory (a chunk of n_embd at a time;
+ * or copies xg, x's int8 copy from the norm, for one token in one chunk),
+ * then each warp computes one row of gate and up per pass, its lanes
+ * splitting the row's units; the block's silu(g) * u go to h and, when that
+ * selection's down weights take int8 activations, as one int8 group to h's
+ * int8 copy (GU_TILE = 32). The tile waits for the launch before (x, ids)
+ * first, unless AHEAD (a shared tile whose x is two launches back: the
+ * caller waits afterwards). */
+template <int T, bool AHEAD>
+__device__ __forceinline__ void gate_up_tile(const moe_args &a, const float *__restrict__ x,
+                                             const int8_t *__restrict__ xg, const int32_t *__restrict__ ids, int k,
+                                             int ntok, float *__restrict__ h, const moe_hq_out &hq, int tile, int sel)
 {
     extern __shared__ __align__(128) int4 moe_smem[]; /* q [pitch] int8, s [pitch / 32] */
     __shared__ float hv[GU_TILE];
@@ -202,10 +229,10 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
     uint2 *xs = (uint2 *)(xq8 + pitch);
     tdm_xq xq = {xq8, xs, pitch};
     /* everything that depends on the arguments alone, ahead of the wait */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sel = blockIdx.y;
-    const bool routed = sel < ntok * k;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const bool routed = !AHEAD && sel < ntok * k;
     const int t = routed ? sel / k : sel - ntok * k, rank = routed ? sel - t * k : k;
-    const int n_ff = routed ? a.n_ff : a.sh_n_ff, tile0 = blockIdx.x * GU_TILE;
+    const int n_ff = routed ? a.n_ff : a.sh_n_ff, tile0 = tile * GU_TILE;
     const int64_t grb = routed ? a.gate_row_bytes : a.sh_gate_row_bytes;
     const int64_t urb = routed ? a.up_row_bytes : a.sh_up_row_bytes;
     const int live_rows = n_ff - tile0 < GU_TILE ? n_ff - tile0 : GU_TILE;
@@ -216,7 +243,8 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
         tdm_prefetch_l2(gw + tile0 * grb, live_rows * grb);
         tdm_prefetch_l2(uw + tile0 * urb, live_rows * urb);
     }
-    tdm_pdl_enter(); /* x and ids are the previous kernels' */
+    if (!AHEAD)
+        tdm_pdl_enter(); /* x and ids are the previous kernels' */
     if (live_rows <= 0)
         return; /* the narrower of routed and shared n_ff */
     if (routed) {
@@ -267,6 +295,35 @@ __global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
     __syncthreads();
     if (warp == 0)
         tdm_xq_put32(hv[lane], hq.q + hrow * hq.pitch, hq.s + hrow * (hq.pitch / 32), tile0 / 32);
+}
+
+/* Block (x, y) = tile x of selection y. */
+template <int T>
+__global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
+    moe_gate_up_kernel(moe_args a, const float *__restrict__ x, const int8_t *__restrict__ xg,
+                       const int32_t *__restrict__ ids, int k, int ntok, float *__restrict__ h, moe_hq_out hq)
+{
+    gate_up_tile<T, false>(a, x, xg, ids, k, ntok, h, hq, blockIdx.x, blockIdx.y);
+}
+
+/* tdm_gpu_router_shared's launch: blocks [0, ntok) choose token t's experts
+ * (warp 0; the block's other warps have nothing to do), the others compute
+ * one tile of a token's shared expert each, all of it ahead of the wait
+ * (x is two launches back). Compiled per type as gate_up. */
+template <int T>
+__global__ void __launch_bounds__(GU_WARPS * 32, GU_BLOCKS_PER_SM)
+    router_shared_kernel(const float *__restrict__ logits, int n_expert, int renorm, int32_t *ids, float *weights,
+                         moe_args a, const float *__restrict__ x, const int8_t *__restrict__ xg, int k, int ntok,
+                         float *__restrict__ h, moe_hq_out hq)
+{
+    if (blockIdx.x < (unsigned)ntok) {
+        if (threadIdx.x < 32)
+            router_warp<RS_PER>(logits, n_expert, k, renorm, ids, weights, blockIdx.x);
+        return;
+    }
+    const int b = blockIdx.x - ntok, tiles = (a.sh_n_ff + GU_TILE - 1) / GU_TILE;
+    gate_up_tile<T, true>(a, x, xg, NULL, k, ntok, h, hq, b % tiles, ntok * k + b / tiles);
+    tdm_pdl_enter();
 }
 
 /* A lane's walk over the (rank, unit) items it = sub, sub + nsub, ... <
@@ -411,13 +468,6 @@ static bool moe_i8(int t)
     return tdm_gpu_qt_geometry((tdm_qtype)t, &blk, &bytes) && blk >= 32;
 }
 
-#define MOE_CHECK(call)                                                                      \
-    do {                                                                                     \
-        tdm_status s_ = (call);                                                              \
-        if (s_ != TDM_OK)                                                                    \
-            return s_;                                                                       \
-    } while (0)
-
 /* Activation chunk (elements) of a gate_up block: the whole x row when it
  * fits MOE_XQ_ELEMS, else block multiples; padded to whole groups of 32. */
 static int moe_chunk(int64_t n)
@@ -528,6 +578,18 @@ static moe_gate_up_fn moe_gate_up_of(const moe_args *a)
     return kernel;
 }
 
+typedef decltype(&router_shared_kernel<-1>) router_shared_fn;
+
+/* The router_shared kernel for the shared expert's types: compiled for its
+ * one type of gate and up, else the one that switches per row. */
+static router_shared_fn router_shared_of(const moe_args *a)
+{
+    router_shared_fn kernel = router_shared_kernel<-1>;
+    if (a->sh_up_type == a->sh_gate_type)
+        TDM_QT_DISPATCH(a->sh_gate_type, kernel = router_shared_kernel<QTYPE>);
+    return kernel;
+}
+
 /* The down kernel for a's types: compiled for the one down type (routed and
  * shared), else the one that switches per row. */
 static moe_down_fn moe_down_of(const moe_args *a)
@@ -542,26 +604,59 @@ static moe_down_fn moe_down_of(const moe_args *a)
 /* Output rows per down block (tuning, else DN_TILE). */
 static int moe_tile_of(const tdm_gpu *g) { return g->tune.moe_tile ? g->tune.moe_tile : DN_TILE; }
 
+/* The checks and the launch shape gate_up's tiles share (tdm_gpu_moe_gate_up,
+ * tdm_gpu_router_shared): x, its int8 copy (*xq, dropped when x is quantised
+ * chunk by chunk) and h, the dynamic shared memory, and h's int8 copy for
+ * ntok tokens of k selections and the shared expert. */
+static tdm_status gate_up_shape(const moe_args *a, const float *x, const void **xq, int64_t ntok, int64_t k, float *h,
+                                const char *who, size_t *smem, moe_hq_out *hq, tdm_error *err)
+{
+    TDM_REQUIRE(err, x && h, "%s: NULL argument", who);
+    TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0 && ((uintptr_t)h & 255) == 0 && ((uintptr_t)*xq & 15) == 0,
+                "%s: x and its int8 copy must be 16-byte and h 256-byte aligned", who);
+    TDM_REQUIRE(err, !*xq || ntok == 1, "%s: an int8 copy of x serves one token (ntok=%lld)", who, (long long)ntok);
+    if (a->nchunks > 1) /* rows longer than a chunk: quantised chunk by chunk */
+        *xq = NULL;
+    *smem = (size_t)moe_pitch(a->chunk) / 32 * (32 + sizeof(uint2));
+    const moe_hq_layout lay = moe_hq_of(ntok * (k + a->has_shared), a->h_stride);
+    *hq = {(int8_t *)h + lay.q_off, (uint2 *)((int8_t *)h + lay.s_off), lay.pitch};
+    return TDM_OK;
+}
+
 extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *x,
                                           const void *xq, const int32_t *ids, int64_t ntok, int64_t k,
                                           float *h, tdm_error *err)
 {
     moe_args a;
     MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
-    TDM_REQUIRE(err, x && ids && h, "gpu moe_gate_up: NULL argument");
-    TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0 && ((uintptr_t)h & 255) == 0 && ((uintptr_t)xq & 15) == 0,
-                "gpu moe_gate_up: x and its int8 copy must be 16-byte and h 256-byte aligned");
-    TDM_REQUIRE(err, !xq || ntok == 1, "gpu moe_gate_up: an int8 copy of x serves one token (ntok=%lld)",
-                (long long)ntok);
-    if (a.nchunks > 1) /* rows longer than a chunk: quantised chunk by chunk */
-        xq = NULL;
-    const int nsel = (int)(ntok * (k + a.has_shared));
+    TDM_REQUIRE(err, ids, "gpu moe_gate_up: NULL argument");
+    size_t smem = 0;
+    moe_hq_out hq = {};
+    MOE_CHECK(gate_up_shape(&a, x, &xq, ntok, k, h, "gpu moe_gate_up", &smem, &hq, err));
+    /* the shared expert's tiles, unless tdm_gpu_router_shared computed them */
+    const int64_t nsel = ntok * (k + (a.has_shared && !L->shared_done));
     dim3 grid(tdm_cdiv(a.h_stride, GU_TILE), (unsigned)nsel);
-    size_t smem = (size_t)moe_pitch(a.chunk) / 32 * (32 + sizeof(uint2));
-    const moe_hq_layout lay = moe_hq_of(nsel, a.h_stride);
-    const moe_hq_out hq = {(int8_t *)h + lay.q_off, (uint2 *)((int8_t *)h + lay.s_off), lay.pitch};
     TDM_LAUNCH(err, g, moe_gate_up_of(&a), grid, GU_WARPS * 32, smem, a, x, (const int8_t *)xq, ids, (int)k,
                (int)ntok, h, hq);
+    return TDM_OK;
+}
+
+extern "C" tdm_status tdm_gpu_router_shared(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *logits,
+                                            int64_t ntok, int64_t n_expert, int64_t k, bool renorm, int32_t *ids,
+                                            float *weights, const float *x, const void *xq, float *h,
+                                            tdm_error *err)
+{
+    static_assert(32 * RS_PER == TDM_GPU_ROUTER_SHARED_MAX_EXPERTS, "gpu.h states the limit");
+    MOE_CHECK(router_check(logits, ntok, n_expert, k, ids, weights, TDM_GPU_ROUTER_SHARED_MAX_EXPERTS, err));
+    moe_args a;
+    MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
+    TDM_REQUIRE(err, a.has_shared, "gpu router_shared: the layer has no shared expert");
+    size_t smem = 0;
+    moe_hq_out hq = {};
+    MOE_CHECK(gate_up_shape(&a, x, &xq, ntok, k, h, "gpu router_shared", &smem, &hq, err));
+    const int64_t blocks = ntok * (1 + tdm_cdiv(a.sh_n_ff, GU_TILE));
+    TDM_LAUNCH(err, g, router_shared_of(&a), (unsigned)blocks, GU_WARPS * 32, smem, logits, (int)n_expert,
+               renorm ? 1 : 0, ids, weights, a, x, (const int8_t *)xq, (int)k, (int)ntok, h, hq);
     return TDM_OK;
 }
 

@@ -19,7 +19,10 @@
  * Each launch is compiled once per weight type (the host picks the one for
  * the layer, so nothing in it switches on the type) and once for layers
  * whose matrices mix types (a warp-uniform switch per row); every quotient
- * of the geometry comes from the host (moe_args).
+ * of the geometry comes from the host (moe_args). The router's launch can
+ * carry the shared expert's gate_up tiles (tdm_gpu_router_shared: the
+ * switching kind, computed ahead of the wait), so that gate_up's grid holds
+ * the routed experts alone.
  */
 #ifndef TDM_GPU_MOE_CUH
 #define TDM_GPU_MOE_CUH
@@ -37,6 +40,7 @@
 #define MOE_XQ_ELEMS 16384   /* int8 x elements a gate_up block holds (a chunk) */
 #define ROUTER_MAX_EXPERTS 1024
 #define ROUTER_MAX_K 32
+#define RS_PER 8             /* router_shared: experts per lane (TDM_GPU_ROUTER_SHARED_MAX_EXPERTS / 32) */
 
 static_assert(GU_TILE == 32 && GU_TILE % GU_WARPS == 0, "a gate_up block is one int8 group of h");
 

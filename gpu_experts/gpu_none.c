@@ -332,6 +332,15 @@ tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L, const flo
     return NO_CUDA(err, "gpu moe_gate_up");
 }
 
+tdm_status tdm_gpu_router_shared(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *logits, int64_t ntok,
+                                 int64_t n_expert, int64_t k, bool renorm, int32_t *ids, float *weights,
+                                 const float *x, const void *xq, float *h, tdm_error *err)
+{
+    (void)g, (void)L, (void)logits, (void)ntok, (void)n_expert, (void)k, (void)renorm, (void)ids, (void)weights,
+        (void)x, (void)xq, (void)h;
+    return NO_CUDA(err, "gpu router_shared");
+}
+
 tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, const float *h,
                             const int32_t *ids, const float *weights, int64_t ntok, int64_t k,
                             const float *add, float *y, bool accumulate, tdm_error *err)

@@ -97,6 +97,64 @@ typedef struct moe_case {
 
 static void run_moe_tile(const moe_case *c);
 
+/* tdm_gpu_router_shared, then gate_up with L->shared_done, against
+ * tdm_gpu_router and the whole gate_up launch (want: its h, from ids, as
+ * run_moe_tile computed it): the same ids and weights, the same h bit for bit
+ * (float rows and int8 copy). The logits make the router pick ids (ranks in
+ * order, far above every other expert). As in the forward, the launch right
+ * before router_shared (here a fill) does not write x; with x8 (one token)
+ * also x's int8 copy as the norm writes it. */
+static void check_router_shared(const tdm_gpu_moe_layer *L, const float *dx, const float *want, const int32_t *ids,
+                                int64_t ntok, int64_t k, const float *x8)
+{
+    const int64_t E = L->table->n_expert, nsel = k + 1;
+    const size_t hbytes = tdm_gpu_moe_h_bytes(tdm_gpu_moe_h_stride(L), ntok * nsel);
+    float *lg = malloc(sizeof(float) * ntok * E);
+    assert_non_null(lg);
+    for (int64_t t = 0; t < ntok; t++) {
+        for (int64_t e = 0; e < E; e++)
+            lg[t * E + e] = -1.0f - rng_unif();
+        for (int64_t r = 0; r < k; r++)
+            lg[t * E + ids[t * k + r]] = 8.0f - 0.25f * (float)r;
+    }
+    float *dlg = dev_upload(lg, sizeof(float) * ntok * E), *dw1 = dev_poisoned(ntok * k), *dw2 = dev_poisoned(ntok * k);
+    int32_t *di1 = dev_alloc(sizeof(int32_t) * ntok * k), *di2 = dev_alloc(sizeof(int32_t) * ntok * k);
+    float *dh = dev_poisoned(hbytes / sizeof(float)), *fill = dev_poisoned(64);
+    void *dxq = NULL;
+    if (x8 && ntok == 1) {
+        const size_t qb = tdm_gpu_xq8_bytes(1, L->n_embd);
+        void *hxq = calloc(1, qb);
+        assert_non_null(hxq);
+        GPU_OK(tdm_gpu_xq8_pack_host(x8, 1, L->n_embd, hxq, ERR));
+        dxq = dev_upload(hxq, qb);
+        free(hxq);
+    }
+    GPU_OK(tdm_gpu_router(g_gpu, dlg, ntok, E, k, true, di1, dw1, ERR));
+    GPU_OK(tdm_gpu_fill_f32(g_gpu, fill, 1.0f, 64, ERR));
+    GPU_OK(tdm_gpu_router_shared(g_gpu, L, dlg, ntok, E, k, true, di2, dw2, dx, dxq, dh, ERR));
+    tdm_gpu_moe_layer Ld = *L;
+    Ld.shared_done = true;
+    GPU_OK(tdm_gpu_moe_gate_up(g_gpu, &Ld, dx, dxq, di2, ntok, k, dh, ERR));
+    int32_t *i1 = malloc(sizeof(int32_t) * ntok * k), *i2 = malloc(sizeof(int32_t) * ntok * k);
+    float *w1 = dev_download_f32(dw1, ntok * k), *w2 = dev_download_f32(dw2, ntok * k);
+    uint8_t *h1 = malloc(hbytes), *h2 = malloc(hbytes);
+    assert_true(i1 && i2 && h1 && h2);
+    GPU_OK(tdm_gpu_download(g_gpu, i1, di1, sizeof(int32_t) * ntok * k, ERR));
+    GPU_OK(tdm_gpu_download(g_gpu, i2, di2, sizeof(int32_t) * ntok * k, ERR));
+    GPU_OK(tdm_gpu_download(g_gpu, h1, want, hbytes, ERR));
+    GPU_OK(tdm_gpu_download(g_gpu, h2, dh, hbytes, ERR));
+    if (memcmp(i1, ids, sizeof(int32_t) * ntok * k) || memcmp(i2, ids, sizeof(int32_t) * ntok * k) ||
+        memcmp(w1, w2, sizeof(float) * ntok * k))
+        fail_msg("router_shared: a choice differs from tdm_gpu_router's");
+    if (memcmp(h1, h2, hbytes) != 0)
+        fail_msg("router_shared then gate_up: h differs from gate_up's alone");
+    printf("  router_shared + gate_up (%s): the same ids, weights and h\n", dxq ? "x's int8 copy" : "x");
+    free(lg), free(i1), free(i2), free(w1), free(w2), free(h1), free(h2);
+    dev_free(dlg), dev_free(dw1), dev_free(dw2), dev_free(di1), dev_free(di2), dev_free(dh), dev_free(fill);
+    if (dxq)
+        dev_free(dxq);
+}
+
 /* Every launch shape of the fused down kernel (rows per block) must compute
  * the same values. */
 static void run_moe(const moe_case *c)
@@ -248,6 +306,8 @@ static void run_moe_tile(const moe_case *c)
         free(h1), free(h2), free(hxq);
         dev_free(dxq), dev_free(dh2);
     }
+    if (c->shared && E <= TDM_GPU_ROUTER_SHARED_MAX_EXPERTS)
+        check_router_shared(&L, dx, dh, ids, ntok, k, D % 32 == 0 ? x : NULL);
     GPU_OK(tdm_gpu_moe_down(g_gpu, &L, dh, dids, dw, ntok, k, dadd, dy, true, ERR));
     if (al > 1) { /* a slot stride that breaks one matrix's alignment is refused */
         tdm_gpu_expert_table bad = tab;
@@ -449,6 +509,13 @@ static void test_moe_bad_input(void **state)
     assert_int_equal(tdm_gpu_moe_down(g_gpu, &L, f + 4, d, f, 1, 2, NULL, f, false, &e), TDM_ERR_INVALID);
     printf("  %s\n", e.msg);
     assert_int_equal(tdm_gpu_moe_gate_up(g_gpu, &L, f, NULL, d, 1, 9, f, &e), TDM_ERR_INVALID);
+    /* router_shared: a layer without a shared expert, more experts than its lanes hold */
+    assert_int_equal(tdm_gpu_router_shared(g_gpu, &L, f, 1, 8, 2, true, d, f, f, NULL, f, &e), TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
+    assert_int_equal(tdm_gpu_router_shared(g_gpu, &L, f, 1, TDM_GPU_ROUTER_SHARED_MAX_EXPERTS + 1, 2, true, d, f, f,
+                                           NULL, f, &e),
+                     TDM_ERR_INVALID);
+    printf("  %s\n", e.msg);
     L.table = NULL;
     assert_int_equal(tdm_gpu_moe_gate_up(g_gpu, &L, f, NULL, d, 1, 2, f, &e), TDM_ERR_INVALID);
     GPU_OK(tdm_gpu_sync(g_gpu, ERR));
