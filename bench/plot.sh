@@ -9,7 +9,9 @@
 # - format "tandem-bench", hybrid path ("engine_path": "hybrid"), one line per series:
 #                               OUT_PREFIX-vram.png     measured decode tok/s against the VRAM
 #                                                         budget per (threads, fill, prompt), with
-#                                                         the bound (dashed) and the projection (dotted);
+#                                                         the bound (dashed), the projection (dotted)
+#                                                         and the bound with its latency term
+#                                                         (dash-dot; files before it: no line);
 #                               OUT_PREFIX-threads.png  the same against the pool threads per
 #                                                         (VRAM budget, fill, prompt).
 # - format "tandem-projection": OUT_PREFIX.png          projected decode tok/s against VRAM,
@@ -44,7 +46,8 @@ if fmt == "tandem-bench" and doc.get("engine_path") == "hybrid":
             series.setdefault(tuple(r[k] for k in others), []).append(r)
         keys = sorted(series)
         w(f"{x}.dat", "\n\n".join("".join(
-            f"{r[x]} {r['decode_tok_s']} {num(r['bound_tok_s'])} {num(r['projected_tok_s'])}\n"
+            f"{r[x]} {r['decode_tok_s']} {num(r['bound_tok_s'])} {num(r['projected_tok_s'])} "
+            f"{num(r.get('bound_latency_tok_s'))}\n"
             for r in sorted(series[k], key=lambda r: r[x])) for k in keys) + "\n")
         w(f"{x}.names", "\n".join(label.format(*k) for k in keys) + "\n")
 elif fmt == "tandem-bench":
@@ -94,6 +97,7 @@ if [ "$kind" = hybrid ]; then
             plot+="'$tmp/$x.dat' index $i using 1:2 with linespoints linecolor $((i + 1)) title 'decode, $n', "
             plot+="'$tmp/$x.dat' index $i using 1:3 with lines dashtype 2 linecolor $((i + 1)) title 'bound', "
             plot+="'$tmp/$x.dat' index $i using 1:4 with lines dashtype 3 linecolor $((i + 1)) title 'projected', "
+            plot+="'$tmp/$x.dat' index $i using 1:5 with lines dashtype 4 linecolor $((i + 1)) title 'bound + latency', "
             i=$((i + 1))
         done < "$tmp/$x.names"
         # a single x value makes gnuplot warn about an empty range (and widen it): not an error

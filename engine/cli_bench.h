@@ -87,6 +87,8 @@ typedef struct bench_ctx {
     tdm_profile *prof;
     char gpu_name[256];
     double vram_gbps;           /* device copy GB/s */
+    double stage_us;            /* one dependent stage on the device (bench_bound.h) */
+    int64_t stages;             /* dependent stages per decoded token of the model */
     double dram_gbps[MAX_LIST]; /* B_dram per o->threads[i] (0: none) */
     char dram_source[32];       /* "probe", "user", "none" */
     double efficiency;          /* of the projection */

@@ -93,9 +93,9 @@ void bench_print_validation(const bench_ctx *c)
 
 void bench_print_hybrid_report(const bench_ctx *c)
 {
-    printf("\n%7s %-8s %7s %6s %8s %8s %6s %7s %7s %7s %7s %7s %7s %8s %-8s %7s\n", "gpu-mem", "fill",
+    printf("\n%7s %-8s %7s %6s %8s %8s %6s %7s %7s %7s %7s %7s %7s %8s %-8s %7s %8s %7s\n", "gpu-mem", "fill",
            "threads", "prompt", "prompt/s", "decode/s", "hit", "cpu ms", "gpu ms", "wait ms", "pool GB/s",
-           "MB/tok", "B_dram", "bound/s", "bound", "of bnd");
+           "MB/tok", "B_dram", "bound/s", "bound", "of bnd", "b+lat/s", "of b+l");
     for (int i = 0; i < c->n_runs; i++) {
         const bench_run *r = &c->runs[i];
         const double dec = r->decoded / r->decode_s, n = r->decoded;
@@ -104,15 +104,20 @@ void bench_print_hybrid_report(const bench_ctx *c)
                r->dec.pool_ms / n, r->dec.dev_ms / n, r->dec.wait_ms / n, run_pool_gbps(r), r->cpu_bytes / 1e6);
         print_opt(r->dram_gbps, r->dram_gbps > 0, "%*.1f", 7);
         if (r->bound.tok_s > 0)
-            printf(" %8.1f %-8s %6.1f%%\n", r->bound.tok_s, r->bound.cpu_bound ? "cpu-dram" : "gpu-vram",
+            printf(" %8.1f %-8s %6.1f%%", r->bound.tok_s, r->bound.cpu_bound ? "cpu-dram" : "gpu-vram",
                    100 * dec / r->bound.tok_s);
         else
-            printf(" %8s %-8s %7s\n", "n/a", "n/a", "n/a");
+            printf(" %8s %-8s %7s", "n/a", "n/a", "n/a");
+        if (r->bound.tok_s_latency > 0)
+            printf(" %8.1f %6.1f%%\n", r->bound.tok_s_latency, 100 * dec / r->bound.tok_s_latency);
+        else
+            printf(" %8s %7s\n", "n/a", "n/a");
     }
     printf("(per decoded token; cpu ms = pool compute, gpu ms = GPU step time, wait ms = GPU waiting for "
            "the pool;\n bound = 1 / max(pool bytes / B_dram, GPU bytes / B_vram), B_vram %.0f GB/s device "
-           "copy, B_dram %s)\n",
-           c->vram_gbps, c->dram_source);
+           "copy, B_dram %s;\n b+lat = DESIGN.md §5 with its latency: 1 / max(pool bytes / B_dram, GPU bytes / "
+           "B_vram + t_latency),\n t_latency %.3f ms = %lld dependent stages x %.2f us)\n",
+           c->vram_gbps, c->dram_source, c->stage_us * 1e-3 * c->stages, (long long)c->stages, c->stage_us);
     if (c->o->validate)
         bench_print_validation(c);
 }
@@ -194,6 +199,14 @@ static cJSON *run_json(const bench_run *r)
     else
         cJSON_AddNullToObject(x, "bound");
     add_num_or_null(x, "fraction_of_bound", dec / bound, bound > 0);
+    const double bl = r->bound.tok_s_latency;
+    add_num_or_null(x, "latency_s", r->bound.t_latency_s, bl > 0);
+    add_num_or_null(x, "bound_latency_tok_s", bl, bl > 0);
+    if (bl > 0)
+        cJSON_AddStringToObject(x, "bound_latency", r->bound.cpu_bound_latency ? "cpu-dram" : "gpu-vram+latency");
+    else
+        cJSON_AddNullToObject(x, "bound_latency");
+    add_num_or_null(x, "fraction_of_bound_latency", dec / bl, bl > 0);
     return x;
 }
 
@@ -230,6 +243,8 @@ static void path_json(cJSON *root, const bench_ctx *c)
         cJSON *g = cJSON_AddObjectToObject(root, "gpu");
         cJSON_AddStringToObject(g, "name", c->gpu_name);
         cJSON_AddNumberToObject(g, "copy_gbps", c->vram_gbps);
+        cJSON_AddNumberToObject(g, "stage_us", c->stage_us);
+        cJSON_AddNumberToObject(g, "stages_per_token", (double)c->stages);
         cJSON *v = cJSON_AddObjectToObject(root, "validation");
         cJSON_AddNumberToObject(v, "efficiency", c->efficiency);
         cJSON_AddStringToObject(v, "efficiency_source", c->efficiency_source);

@@ -183,7 +183,7 @@ static tdm_status setup_cpu_bound(bench_ctx *c, tdm_error *err)
         bench_run *r = &c->runs[i];
         r->dram_gbps = c->membw;
         r->cpu_bytes = cpu_path_bytes(c, r);
-        tdm_bench_bound_compute(r->cpu_bytes, c->membw, 0, 0, &r->bound);
+        tdm_bench_bound_compute(r->cpu_bytes, c->membw, 0, 0, 0, &r->bound);
     }
     if (!(c->membw > 0))
         return TDM_OK;
@@ -245,9 +245,14 @@ static tdm_status hybrid_setup(bench_ctx *c, const tdm_model *model, tdm_error *
         st = tdm_gpu_query(g, &info, err);
     if (!st)
         st = tdm_bench_vram_gbps(g, 0, 0, &c->vram_gbps, err);
+    if (!st)
+        st = tdm_bench_stage_us(g, 0, &c->stage_us, err);
     if (!st) {
+        c->stages = tdm_bench_token_stages(&c->pm);
         snprintf(c->gpu_name, sizeof c->gpu_name, "%s", info.name);
-        printf("GPU %s: device copy %.0f GB/s (B_vram)\n", c->gpu_name, c->vram_gbps);
+        printf("GPU %s: device copy %.0f GB/s (B_vram); a dependent stage %.2f us x %lld per token = %.3f ms "
+               "(t_latency)\n",
+               c->gpu_name, c->vram_gbps, c->stage_us, (long long)c->stages, c->stage_us * 1e-3 * c->stages);
     }
     tdm_gpu_free(g);
     return st;
@@ -385,7 +390,8 @@ static void hybrid_bound(bench_ctx *c)
          * counted) */
         r->cpu_bytes = (double)(r->dec.pool_bytes + r->dec.direct_bytes + r->dec.prefetched_bytes) / r->decoded;
         r->gpu_bytes = tdm_bench_gpu_bytes(&c->pm, r->hit, ctx);
-        tdm_bench_bound_compute(r->cpu_bytes, r->dram_gbps, r->gpu_bytes, c->vram_gbps, &r->bound);
+        tdm_bench_bound_compute(r->cpu_bytes, r->dram_gbps, r->gpu_bytes, c->vram_gbps, c->stage_us * 1e-6 * c->stages,
+                                &r->bound);
         bench_project_run(c, r, i);
     }
 }

@@ -1,4 +1,4 @@
-/* gpu_fwd: element-wise helpers of the resident forward (see gpu_fwd.h). */
+/* gpu_fwd: element-wise helpers, graphs and the stage probe (see gpu_fwd.h). */
 #include "gpu_common.cuh"
 #include "gpu_fwd.h"
 
@@ -19,6 +19,37 @@ extern "C" tdm_status tdm_gpu_add_f32(tdm_gpu *g, float *y, const float *x, size
     if (blocks > 4096)
         blocks = 4096;
     TDM_LAUNCH(err, g, add_f32, blocks, 256, 0, y, x, n);
+    return TDM_OK;
+}
+
+#define STAGE_THREADS 256
+
+/* One stage of tdm_gpu_stage_chain: every block sums all of in (the launch
+ * before's vector) and the grid's first threads write out. */
+__global__ void __launch_bounds__(STAGE_THREADS) stage_kernel(const float *__restrict__ in, float *__restrict__ out)
+{
+    __shared__ float part[STAGE_THREADS / 32];
+    tdm_pdl_enter();
+    float s = 0;
+    for (int i = threadIdx.x; i < TDM_GPU_STAGE_FLOATS; i += STAGE_THREADS)
+        s += in[i];
+    s = tdm_warp_sum(s);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = s;
+    __syncthreads();
+    float total = 0;
+#pragma unroll
+    for (int w = 0; w < STAGE_THREADS / 32; w++)
+        total += part[w];
+    for (int i = blockIdx.x * STAGE_THREADS + threadIdx.x; i < TDM_GPU_STAGE_FLOATS; i += gridDim.x * STAGE_THREADS)
+        out[i] = 0.5f * in[i] + total * (1.0f / TDM_GPU_STAGE_FLOATS);
+}
+
+extern "C" tdm_status tdm_gpu_stage_chain(tdm_gpu *g, float *a, float *b, int stages, tdm_error *err)
+{
+    TDM_REQUIRE(err, a && b && a != b && stages >= 1, "gpu stage chain: two distinct buffers and stages >= 1");
+    for (int s = 0; s < stages; s++)
+        TDM_LAUNCH(err, g, stage_kernel, g->sm_count, STAGE_THREADS, 0, s & 1 ? b : a, s & 1 ? a : b);
     return TDM_OK;
 }
 

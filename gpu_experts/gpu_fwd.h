@@ -1,7 +1,8 @@
-/* gpu_fwd: element-wise helpers of the resident forward (engine/forward_gpu.c),
- * in their own plain C header so gpu.h (included by every .cu) stays unchanged.
- * Same conventions as gpu.h: device pointers, compute stream, no sync; in
- * builds without CUDA (gpu_fwd_none.c) TDM_ERR_UNSUPPORTED. */
+/* gpu_fwd: element-wise helpers and CUDA graphs of the resident forward
+ * (engine/forward_gpu.c), and the dependent-stage probe of the decode bound,
+ * in their own plain C header so gpu.h (included by every .cu) stays
+ * unchanged. Same conventions as gpu.h: device pointers, compute stream, no
+ * sync; in builds without CUDA (gpu_fwd_none.c) TDM_ERR_UNSUPPORTED. */
 #ifndef TDM_GPU_FWD_H
 #define TDM_GPU_FWD_H
 
@@ -28,6 +29,17 @@ tdm_status tdm_gpu_graph_end(tdm_gpu *g, tdm_gpu_graph **gr, tdm_error *err);
 void tdm_gpu_graph_abort(tdm_gpu *g);
 tdm_status tdm_gpu_graph_launch(tdm_gpu *g, tdm_gpu_graph *gr, tdm_error *err);
 void tdm_gpu_graph_free(tdm_gpu_graph *gr);
+
+/* The dependent-stage probe of the decode bound (engine/bench_bound.h): what
+ * one step of a chain costs when it needs the whole vector the step before
+ * wrote. Launches `stages` stages on the compute stream, from a into b, then
+ * b into a, and so on: each stage's blocks (one per SM, as a product spans
+ * the device) wait for the launch before (programmatic dependent launch where
+ * the GPU has it), read all TDM_GPU_STAGE_FLOATS floats it wrote, sum them in
+ * the block, and write the next vector (half of each input plus the mean). a
+ * and b: device buffers of TDM_GPU_STAGE_FLOATS floats; graph-capturable. */
+#define TDM_GPU_STAGE_FLOATS 2048
+tdm_status tdm_gpu_stage_chain(tdm_gpu *g, float *a, float *b, int stages, tdm_error *err);
 
 #ifdef __cplusplus
 }

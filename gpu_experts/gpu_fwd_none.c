@@ -31,6 +31,12 @@ tdm_status tdm_gpu_graph_launch(tdm_gpu *g, tdm_gpu_graph *gr, tdm_error *err)
 
 void tdm_gpu_graph_free(tdm_gpu_graph *gr) { (void)gr; }
 
+tdm_status tdm_gpu_stage_chain(tdm_gpu *g, float *a, float *b, int stages, tdm_error *err)
+{
+    (void)g, (void)a, (void)b, (void)stages;
+    return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "gpu stage chain: this build has no CUDA support");
+}
+
 #else
 typedef int tdm_gpu_fwd_none_unused;
 #endif

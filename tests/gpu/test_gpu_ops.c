@@ -1,15 +1,17 @@
 /* test_gpu_ops: norms, the attention inputs (q/k norms, RoPE, q/gate split,
  * KV store), attention (decode and prefill, GQA, gated, positions from
  * device memory), DeltaNet conv + recurrence (decode steps, the sequential
- * and the chunked prefill, the one-launch decode step), the router and the greedy choice, each
- * against a float64 (the choice: a scalar) host reference on fresh random data with poisoned
- * outputs and odd sizes. */
+ * and the chunked prefill, the one-launch decode step), the router, the greedy choice and the
+ * bound's dependent-stage probe, each against a float64 (the choice: a scalar) host reference on
+ * fresh random data with poisoned outputs and odd sizes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 
 #include <cmocka.h>
 
+#include "bench_bound.h"
+#include "gpu_fwd.h"
 #include "gpu_test_hooks.h"
 #include "gpu_testutil.h"
 
@@ -887,6 +889,49 @@ static void test_argmax(void **state)
     dev_free(dx), dev_free(scratch), dev_free(dout);
 }
 
+/* The dependent-stage probe (gpu_fwd.h): chains of 1, 2 and 5 stages against
+ * the float64 recurrence next[i] = in[i] / 2 + mean(in), the end in b after
+ * an odd count and in a after an even one, the other buffer poisoned first;
+ * the bench's timing of it (engine/bench_bound.h) gives a finite positive
+ * time (no speed is asserted). */
+static void test_stage_chain(void **state)
+{
+    (void)state;
+    enum { N = TDM_GPU_STAGE_FLOATS };
+    const int counts[] = {1, 2, 5};
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+        float *x = frand(N, 1.0f);
+        double *ref = dalloc(N), *nxt = dalloc(N);
+        for (int i = 0; i < N; i++)
+            ref[i] = x[i];
+        for (int s = 0; s < counts[c]; s++) {
+            double sum = 0;
+            for (int i = 0; i < N; i++)
+                sum += ref[i];
+            for (int i = 0; i < N; i++)
+                nxt[i] = 0.5 * ref[i] + sum / N;
+            memcpy(ref, nxt, N * sizeof(double));
+        }
+        float *da = dev_upload(x, N * sizeof(float)), *db = dev_poisoned(N);
+        GPU_OK(tdm_gpu_stage_chain(g_gpu, da, db, counts[c], ERR));
+        float *got = dev_download_f32(counts[c] & 1 ? db : da, N);
+        char what[48];
+        snprintf(what, sizeof what, "stage chain of %d", counts[c]);
+        check_close(what, got, ref, NULL, N, 1e-5, 1e-5);
+        free(x), free(ref), free(nxt), free(got);
+        dev_free(da), dev_free(db);
+    }
+    tdm_error e = {0};
+    float *d = dev_poisoned(N);
+    assert_int_equal(tdm_gpu_stage_chain(g_gpu, d, d, 1, &e), TDM_ERR_INVALID);
+    assert_int_equal(tdm_gpu_stage_chain(g_gpu, d, NULL, 1, &e), TDM_ERR_INVALID);
+    dev_free(d);
+    double us = 0;
+    GPU_OK(tdm_bench_stage_us(g_gpu, 3, &us, ERR));
+    assert_true(isfinite(us) && us > 0);
+    printf("  stage chain: 1, 2, 5 stages of %d floats as the float64 recurrence; one stage %.2f us\n", N, us);
+}
+
 /* Slot copies on the copy stream, ordered against compute only by the fences:
  * a kernel queued on the compute stream after tdm_gpu_wait_copies() must see
  * the copied bytes, and a copy queued after tdm_gpu_wait_compute() must not
@@ -927,7 +972,7 @@ int main(void)
         cmocka_unit_test(test_ssm_conv),  cmocka_unit_test(test_deltanet),
         cmocka_unit_test(test_deltanet_chunked), cmocka_unit_test(test_deltanet_step),
         cmocka_unit_test(test_router),    cmocka_unit_test(test_argmax),
-        cmocka_unit_test(test_copy_stream),
+        cmocka_unit_test(test_copy_stream), cmocka_unit_test(test_stage_chain),
     };
     return cmocka_run_group_tests(tests, gpu_setup, gpu_teardown);
 }

@@ -220,6 +220,8 @@ for gib in (8, 12):
         for fill in ("layer", "profile"):
             r = dict(base, gpu_mem_gib=gib, threads=thr, fill=fill, decode_tok_s=10.0 * gib + thr,
                      bound_tok_s=20.0 * gib, projected_tok_s=None if thr == 2 else 15.0 * gib)
+            if fill == "layer":  # the bound with its latency term; "profile" rows: an older file's shape
+                r["bound_latency_tok_s"] = 12.0 * gib
             d["runs"].append(r)
 json.dump(d, open(sys.argv[2], "w"))
 PY
