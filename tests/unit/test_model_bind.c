@@ -3,9 +3,10 @@
  * mis-shaped tensor, bad metadata and an unknown architecture are clear
  * errors naming the culprit; a missing output.weight means tied embeddings;
  * the demo's MTP block is bound aside; layer kinds follow
- * full_attention_interval; the expert copy (tdm_model_copy_experts). Sweeps:
- * every metadata key set to edge values and tensors rewritten in other
- * types are refused with a message or bind and evaluate, never crash. */
+ * full_attention_interval; the expert copy (tdm_model_copy_experts). Sweeps
+ * (model_edit.h, shared with tests/gpu/test_gpu_model_bind.c): every
+ * metadata key set to edge values and tensors rewritten in other types are
+ * refused with a message or bind and evaluate, never crash. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,130 +21,17 @@
 #include "expert_cache.h"
 #include "forward.h"
 #include "gguf.h"
-#include "gguf_writer.h"
 #include "model.h"
-
-typedef struct edit {
-    const char *drop;       /* tensor left out */
-    const char *reshape;    /* tensor written with half its rows */
-    const char *key;        /* u32 key overridden ... */
-    uint32_t value;         /* ... with this value */
-    const char *fkey;       /* f32 key overridden ... */
-    float fvalue;           /* ... with this value */
-    const char *drop_key;   /* metadata key left out */
-    const char *arch;       /* general.architecture override */
-    int ffn1;               /* blk.1 FFN: 1 = dense from expert 0, 2 = every expert = expert 0 */
-    const char *retype;     /* tensor written as type `type`, zero bytes */
-    tdm_qtype type;
-} edit;
+#include "model_edit.h"
 
 static tdm_gguf *src, *src3, *srcn; /* micro-qwen35moe, micro-qwen3moe, micro-qwen3next */
-static uint8_t *rep_buf[3];  /* replicated expert-0 stacks for ffn1 == 2 */
 
-/* Adds blk.1's FFN per e->ffn1; returns false when t is not one of its tensors. */
-static bool add_ffn1(tdm_gguf_writer *w, const edit *e, const tdm_gguf_tensor *t)
-{
-    static const char *const exps[3] = {"blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight",
-                                        "blk.1.ffn_down_exps.weight"};
-    static const char *const dense[3] = {"blk.1.ffn_gate.weight", "blk.1.ffn_up.weight", "blk.1.ffn_down.weight"};
-    tdm_error err = {0};
-    if (e->ffn1 == 1 && !strcmp(t->name, "blk.1.ffn_gate_inp.weight"))
-        return true; /* no router: a dense layer */
-    for (int i = 0; i < 3; i++) {
-        if (strcmp(t->name, exps[i]))
-            continue;
-        const size_t mat = tdm_qtype_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
-        if (e->ffn1 == 1) {
-            assert_int_equal(tdm_gguf_writer_add_tensor(w, dense[i], t->type, 2, t->ne, t->data, &err), TDM_OK);
-        } else {
-            free(rep_buf[i]);
-            rep_buf[i] = malloc(mat * (size_t)t->ne[2]);
-            for (int64_t x = 0; x < t->ne[2]; x++)
-                memcpy(rep_buf[i] + x * mat, t->data, mat);
-            assert_int_equal(tdm_gguf_writer_add_tensor(w, t->name, t->type, 3, t->ne, rep_buf[i], &err), TDM_OK);
-        }
-        return true;
-    }
-    return false;
-}
-
-static void *build_from(tdm_gguf *from, const edit *e, size_t *size)
-{
-    tdm_gguf_writer *w;
-    tdm_error err = {0};
-    void *zero = NULL; /* e->retype's bytes */
-    assert_int_equal(tdm_gguf_writer_create(&w, &err), TDM_OK);
-    for (int64_t i = 0; i < tdm_gguf_kv_count(from); i++) {
-        const char *k = tdm_gguf_kv_key(from, i);
-        if (e->drop_key && !strcmp(k, e->drop_key))
-            continue;
-        switch (tdm_gguf_kv_type(from, i)) {
-        case TDM_GGUF_UINT32: {
-            uint32_t v;
-            assert_int_equal(tdm_gguf_get_u32(from, k, &v, &err), TDM_OK);
-            if (e->key && !strcmp(k, e->key))
-                v = e->value;
-            assert_int_equal(tdm_gguf_writer_add_u32(w, k, v, &err), TDM_OK);
-            break;
-        }
-        case TDM_GGUF_FLOAT32: {
-            float v;
-            assert_int_equal(tdm_gguf_get_f32(from, k, &v, &err), TDM_OK);
-            if (e->fkey && !strcmp(k, e->fkey))
-                v = e->fvalue;
-            assert_int_equal(tdm_gguf_writer_add_f32(w, k, v, &err), TDM_OK);
-            break;
-        }
-        case TDM_GGUF_STRING: {
-            const char *s;
-            size_t len;
-            assert_int_equal(tdm_gguf_get_str(from, k, &s, &len, &err), TDM_OK);
-            if (e->arch && !strcmp(k, "general.architecture"))
-                s = e->arch, len = strlen(e->arch);
-            assert_int_equal(tdm_gguf_writer_add_strn(w, k, s, len, &err), TDM_OK);
-            break;
-        }
-        default: /* arrays (tokenizer, rope sections) are not needed for binding */
-            break;
-        }
-    }
-    for (int64_t i = 0; i < tdm_gguf_tensor_count(from); i++) {
-        const tdm_gguf_tensor *t = tdm_gguf_tensor_at(from, i);
-        if ((e->drop && !strcmp(t->name, e->drop)) || (e->ffn1 && add_ffn1(w, e, t)))
-            continue;
-        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
-        if (e->reshape && !strcmp(t->name, e->reshape))
-            ne[1] /= 2;
-        if (e->retype && !strcmp(t->name, e->retype)) {
-            const size_t bytes = tdm_qtype_row_bytes(e->type, ne[0]) * (size_t)(ne[1] * ne[2] * ne[3]);
-            zero = calloc(1, bytes); /* read by tdm_gguf_writer_write_memory below */
-            assert_int_equal(tdm_gguf_writer_add_tensor(w, t->name, e->type, t->n_dims, ne, zero, &err), TDM_OK);
-            continue;
-        }
-        assert_int_equal(tdm_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, &err), TDM_OK);
-    }
-    void *buf;
-    assert_int_equal(tdm_gguf_writer_write_memory(w, &buf, size, &err), TDM_OK);
-    tdm_gguf_writer_free(w);
-    free(zero);
-    return buf;
-}
-
-static void *build(const edit *e, size_t *size)
-{
-    return build_from(src, e, size);
-}
-
-/* Binds the edited copy; returns the status, the message in err. */
+/* Binds src's edited copy; returns the status, the message in err. */
 static tdm_status bind_edit(const edit *e, tdm_error *err, tdm_model **keep, void **keep_buf)
 {
-    size_t size;
-    void *buf = build(e, &size);
-    tdm_gguf *g;
-    tdm_model *m = NULL;
-    tdm_status st = tdm_gguf_open_memory(buf, size, &g, err);
-    if (!st)
-        st = tdm_model_from_gguf(g, &m, err);
+    tdm_model *m;
+    void *buf;
+    tdm_status st = me_bind(src, e, &m, &buf, err);
     if (keep && !st) {
         *keep = m;
         *keep_buf = buf;
@@ -176,8 +64,6 @@ static int teardown(void **state)
     tdm_gguf_free(src);
     tdm_gguf_free(src3);
     tdm_gguf_free(srcn);
-    for (int i = 0; i < 3; i++)
-        free(rep_buf[i]);
     return 0;
 }
 
@@ -295,13 +181,10 @@ static void test_demo_mtp_bound(void **state)
 /* Logits of the 8-token prompt on an edited micro-qwen3moe. */
 static float *q3m_logits(const edit *e, bool *dense1)
 {
-    size_t size;
-    void *buf = build_from(src3, e, &size);
-    tdm_gguf *g;
     tdm_model *m;
+    void *buf;
     tdm_error err = {0};
-    assert_int_equal(tdm_gguf_open_memory(buf, size, &g, &err), TDM_OK);
-    tdm_status st = tdm_model_from_gguf(g, &m, &err);
+    tdm_status st = me_bind(src3, e, &m, &buf, &err);
     if (st)
         printf("%s\n", err.msg);
     assert_int_equal(st, TDM_OK);
@@ -336,17 +219,14 @@ static void test_dense_layer(void **state)
     printf("  dense blk.1 vs MoE of identical experts: rel L2 %.2e\n", sqrt(num / den));
     assert_true(sqrt(num / den) < 1e-5);
     /* a feed_forward_length that does not match the dense tensors is refused */
-    size_t size;
     tdm_error err = {0};
-    edit e = {.ffn1 = 1, .key = "qwen3moe.feed_forward_length", .value = 48};
-    void *buf = build_from(src3, &e, &size);
-    tdm_gguf *g;
-    tdm_model *m = NULL;
-    assert_int_equal(tdm_gguf_open_memory(buf, size, &g, &err), TDM_OK);
-    assert_int_equal(tdm_model_from_gguf(g, &m, &err), TDM_ERR_FORMAT);
+    tdm_model *m;
+    void *buf;
+    assert_int_equal(me_bind(src3, &(edit){.ffn1 = 1, .key = "qwen3moe.feed_forward_length", .value = 48}, &m, &buf,
+                             &err),
+                     TDM_ERR_FORMAT);
     printf("  -> %s\n", err.msg);
     assert_non_null(strstr(err.msg, "blk.1.ffn_gate.weight"));
-    free(buf);
     free(dense);
     free(moe);
 }
@@ -413,28 +293,24 @@ static void test_copy_experts(void **state)
     tdm_model_free(m);
 }
 
-/* Binds from's copy with one edit and, when it binds, evaluates 8 tokens;
- * counts in n[0] the refusals (each with a message), n[1] the models that
- * bound, n[2] the evaluations that ran. */
-static void try_edit(tdm_gguf *from, const edit *e, int n[3])
+/* A sweep's visitor: binds from's copy with edit e and, when it binds,
+ * evaluates 8 tokens; counts in n[0] the refusals (each with a message),
+ * n[1] the models that bound, n[2] the evaluations that ran. */
+static void try_edit(tdm_gguf *from, const edit *e, void *ctx)
 {
-    size_t size;
-    void *buf = build_from(from, e, &size);
-    tdm_gguf *g;
-    tdm_model *m = NULL;
+    int *n = ctx;
+    tdm_model *m;
+    void *buf;
     tdm_error err = {0};
-    assert_int_equal(tdm_gguf_open_memory(buf, size, &g, &err), TDM_OK);
-    if (tdm_model_from_gguf(g, &m, &err) != TDM_OK) {
+    if (me_bind(from, e, &m, &buf, &err) != TDM_OK) {
         assert_true(err.msg[0] != 0);
         n[0]++;
-        free(buf);
         return;
     }
     n[1]++;
     const tdm_hparams *hp = tdm_model_hparams(m);
     int32_t toks[8];
-    for (int i = 0; i < 8; i++)
-        toks[i] = (int32_t)((i * 7919 + 11) % hp->n_vocab);
+    me_tokens(toks, 8, hp->n_vocab);
     float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
     tdm_forward *f;
     err.msg[0] = 0;
@@ -452,57 +328,25 @@ static void try_edit(tdm_gguf *from, const edit *e, int n[3])
     free(buf);
 }
 
-/* Every u32 and f32 metadata key of the micro models set, one at a time, to
- * edge values (0, 1, small, the old value +-1 and doubled, 2^16, 2^31 - 1,
- * 2^31, 2^32 - 1; zeros, tiny, huge, infinities, NaN): the model is refused
- * with a message, or it binds and evaluates 8 tokens (or says why not).
- * Never a crash, a hang or an allocation sized by the hostile value (the
- * sanitizer build runs this too). */
+/* Every metadata key at edge values (me_sweep_metadata): the model is
+ * refused with a message, or it binds and evaluates 8 tokens (or says why
+ * not). Never a crash, a hang or an allocation sized by the hostile value
+ * (the sanitizer build runs this too). */
 static void sweep_metadata(tdm_gguf *from, const char *name)
 {
-    static const uint32_t uv[] = {0, 1, 2, 3, 7, 64, 65536, 0x7FFFFFFFu, 0x80000000u, 0xFFFFFFFFu};
-    static const float fv[] = {0.0f, -0.0f, 1e-38f, 1e-6f, 1.0f, 1e30f, INFINITY, -INFINITY, NAN};
-    int n[3] = {0, 0, 0}, keys = 0;
-    for (int64_t i = 0; i < tdm_gguf_kv_count(from); i++) {
-        const char *k = tdm_gguf_kv_key(from, i);
-        tdm_error err = {0};
-        if (tdm_gguf_kv_type(from, i) == TDM_GGUF_UINT32) {
-            uint32_t v;
-            assert_int_equal(tdm_gguf_get_u32(from, k, &v, &err), TDM_OK);
-            const uint32_t near[3] = {v - 1, v + 1, 2 * v};
-            for (size_t j = 0; j < sizeof uv / sizeof *uv + 3; j++)
-                try_edit(from, &(edit){.key = k, .value = j < 3 ? near[j] : uv[j - 3]}, n);
-            keys++;
-        } else if (tdm_gguf_kv_type(from, i) == TDM_GGUF_FLOAT32) {
-            for (size_t j = 0; j < sizeof fv / sizeof *fv; j++)
-                try_edit(from, &(edit){.fkey = k, .fvalue = fv[j]}, n);
-            keys++;
-        }
-    }
+    int n[3] = {0, 0, 0};
+    const int keys = me_sweep_metadata(from, try_edit, n);
     printf("  %s: %d keys; %d edits refused, %d bound (%d evaluated)\n", name, keys, n[0], n[1], n[2]);
     assert_true(keys > 0 && n[0] > 0 && n[2] > 0);
 }
 
-/* Every tensor of the first layers of each kind and outside the layers
- * written, one at a time, in other types whose block divides its rows (zero
- * bytes: finite in every format): refused with a message, or bound and
- * evaluated. A norm read as floats from a quantised tensor, say, would read
- * past it (the sanitizer build runs this too). */
+/* Tensors rewritten in other types (me_sweep_types): refused with a
+ * message, or bound and evaluated. A norm read as floats from a quantised
+ * tensor, say, would read past it (the sanitizer build runs this too). */
 static void sweep_types(tdm_gguf *from, const char *name)
 {
-    static const tdm_qtype types[] = {TDM_Q_F32,    TDM_Q_F16,    TDM_Q_BF16,  TDM_Q_F64,   TDM_Q_Q8_0,
-                                      TDM_Q_Q4_0,   TDM_Q_Q5_1,   TDM_Q_IQ4_NL, TDM_Q_MXFP4, TDM_Q_Q4_K,
-                                      TDM_Q_Q6_K,   TDM_Q_IQ2_XXS, TDM_Q_I8,   TDM_Q_I32};
-    int n[3] = {0, 0, 0}, tensors = 0;
-    for (int64_t i = 0; i < tdm_gguf_tensor_count(from); i++) {
-        const tdm_gguf_tensor *t = tdm_gguf_tensor_at(from, i);
-        if (!strncmp(t->name, "blk.", 4) && strncmp(t->name, "blk.0.", 6) && strncmp(t->name, "blk.3.", 6))
-            continue; /* blk.0 (DeltaNet in the hybrids) and blk.3 (attention) stand for the rest */
-        tensors++;
-        for (size_t j = 0; j < sizeof types / sizeof *types; j++)
-            if (types[j] != t->type && t->ne[0] % tdm_qtype_get(types[j])->block == 0)
-                try_edit(from, &(edit){.retype = t->name, .type = types[j]}, n);
-    }
+    int n[3] = {0, 0, 0};
+    const int tensors = me_sweep_types(from, try_edit, n);
     printf("  %s: %d tensors; %d retyped copies refused, %d bound (%d evaluated)\n", name, tensors, n[0], n[1],
            n[2]);
     assert_true(tensors > 0 && n[0] > 0);
