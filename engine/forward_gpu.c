@@ -9,13 +9,6 @@
 #include "gpu_fwd.h"
 #include "gpu_handoff.h"
 
-#define TRY(call)            \
-    do {                     \
-        tdm_status st_ = (call); \
-        if (st_)             \
-            return st_;      \
-    } while (0)
-
 #define MM_CHUNK_ROWS 8192 /* rows per fp16 dequant chunk of the prompt GEMM */
 #define LOGIT_ROWS 32      /* rows of logits computed per head pass */
 
@@ -251,13 +244,13 @@ static tdm_status up_group(tdm_forward_gpu *f, const tdm_weight *const *ws, int 
     }
     if (!ok) {
         for (int i = 0; i < n; i++)
-            TRY(up_weight(f, ws[i], outs[i], err));
+            TDM_TRY(up_weight(f, ws[i], outs[i], err));
         return TDM_OK;
     }
     const size_t lead = group_offset(ws, split, split); /* the second run's start */
     const size_t bytes = lead + group_offset(ws + split, n - split, n - split);
     uint8_t *d;
-    TRY(dalloc(f, bytes, &d, err));
+    TDM_TRY(dalloc(f, bytes, &d, err));
     for (int i = 0; i < n; i++) {
         uint8_t *p = d + (i < split ? group_offset(ws, i, split) : lead + group_offset(ws + split, i - split, n - split));
         tdm_status st = tdm_gpu_upload(f->g, p, ws[i]->data, ws[i]->mat_bytes, err);
@@ -567,7 +560,7 @@ static tdm_status plan_budget(tdm_forward_gpu *f, const tdm_executor_params *xp,
     uint64_t budget = xp->gpu_mem;
     if (!budget) {
         tdm_gpu_info info;
-        TRY(tdm_gpu_query(f->g, &info, err));
+        TDM_TRY(tdm_gpu_query(f->g, &info, err));
         budget = info.mem_free > VRAM_RESERVE ? info.mem_free - VRAM_RESERVE : 0;
     }
     return tdm_budget_plan(f->m, f->n_ctx, f->B, budget, &f->budget, err);
@@ -604,7 +597,7 @@ static tdm_status register_experts(tdm_forward_gpu *f, tdm_error *err)
     if (!lo)
         return tdm_error_set(err, TDM_ERR_UNSUPPORTED, "no routed experts to register");
     const void *dev;
-    TRY(tdm_gpu_host_register(f->g, lo, (size_t)(hi - lo), &dev, err));
+    TDM_TRY(tdm_gpu_host_register(f->g, lo, (size_t)(hi - lo), &dev, err));
     f->reg_base = lo;
     f->reg_bytes = (size_t)(hi - lo);
     for (int32_t il = 0; il < f->hp->n_layer; il++) {
@@ -634,7 +627,7 @@ static tdm_status mirror_residency(tdm_forward_gpu *f, tdm_error *err)
     const tdm_expert_cache *c = tdm_executor_cache(f->ex);
     const int32_t *res = tdm_expert_cache_residency(c);
     const size_t E = (size_t)hp->n_expert;
-    TRY(tdm_gpu_upload(f->g, f->slot_of, res, (size_t)hp->n_layer * E * sizeof(int32_t), err));
+    TDM_TRY(tdm_gpu_upload(f->g, f->slot_of, res, (size_t)hp->n_layer * E * sizeof(int32_t), err));
     f->res_version = tdm_expert_cache_version(c);
     const bool slots = tdm_expert_cache_n_slots(c) > 0;
     bool changed = false;
@@ -660,16 +653,16 @@ static tdm_status alloc_prefetch(tdm_forward_gpu *f, int32_t n, tdm_error *err)
     const tdm_hparams *hp = f->hp;
     const size_t k = (size_t)hp->n_expert_used;
     f->pf = (tdm_gpu_prefetch){.slot_of = f->slot_of, .n_expert = hp->n_expert, .n = n};
-    TRY(dalloc(f, (size_t)hp->n_embd * sizeof(float), &f->pxn, err));
-    TRY(dalloc(f, (size_t)hp->n_expert * sizeof(float), &f->prl, err));
-    TRY(dalloc(f, k * sizeof(int32_t), &f->pids, err));
-    TRY(dalloc(f, k * sizeof(float), &f->pwts, err));
-    TRY(dalloc(f, (1 + TDM_GPU_HINT_MAX) * sizeof(int32_t), &f->pf.last, err));
-    TRY(dalloc(f, k * sizeof(int32_t), &f->order.ids, err));
-    TRY(dalloc(f, k * sizeof(float), &f->order.weights, err));
+    TDM_TRY(dalloc(f, (size_t)hp->n_embd * sizeof(float), &f->pxn, err));
+    TDM_TRY(dalloc(f, (size_t)hp->n_expert * sizeof(float), &f->prl, err));
+    TDM_TRY(dalloc(f, k * sizeof(int32_t), &f->pids, err));
+    TDM_TRY(dalloc(f, k * sizeof(float), &f->pwts, err));
+    TDM_TRY(dalloc(f, (1 + TDM_GPU_HINT_MAX) * sizeof(int32_t), &f->pf.last, err));
+    TDM_TRY(dalloc(f, k * sizeof(int32_t), &f->order.ids, err));
+    TDM_TRY(dalloc(f, k * sizeof(float), &f->order.weights, err));
     f->order.last = f->pf.last;
-    TRY(dalloc(f, stage_bytes(f), &f->pf.stage, err));
-    TRY(tdm_gpu_alloc_host(f->g, stage_bytes(f), (void **)&f->stage_host, err));
+    TDM_TRY(dalloc(f, stage_bytes(f), &f->pf.stage, err));
+    TDM_TRY(tdm_gpu_alloc_host(f->g, stage_bytes(f), (void **)&f->stage_host, err));
     return tdm_gpu_memset(f->g, f->pf.stage, 0xff, stage_bytes(f), err);
 }
 
@@ -713,7 +706,7 @@ static void place_prompt_scratch(tdm_forward_gpu *f, uint8_t *mem)
 static tdm_status hold_prompt_scratch(tdm_forward_gpu *f, tdm_error *err)
 {
     void *mem = NULL;
-    TRY(dalloc(f, prompt_scratch_bytes(f), &mem, err));
+    TDM_TRY(dalloc(f, prompt_scratch_bytes(f), &mem, err));
     place_prompt_scratch(f, mem);
     return TDM_OK;
 }
@@ -757,7 +750,7 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     const tdm_hparams *hp = f->hp;
     const size_t slot = tdm_expert_cache_slot_bytes_for(f->m);
     const uint64_t budget = f->budget.budget;
-    TRY(plan_prompt_scratch(f, xp, slot, err));
+    TDM_TRY(plan_prompt_scratch(f, xp, slot, err));
     /* the ledger again, over the fixed part as allocated: the first plan's
      * weights and scratch were estimates (before anything was allocated);
      * the slots get what they kept back, and a fixed part over the budget
@@ -809,21 +802,21 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
     int32_t spare = 0, dspare = 0;
     if (want || want_ds) {
         if (want)
-            TRY(alloc_prefetch(f, want, err));
+            TDM_TRY(alloc_prefetch(f, want, err));
         int64_t left = f->bytes < budget ? (int64_t)((budget - f->bytes) / slot) : 0;
         left = left < f->budget.n_slots ? left : f->budget.n_slots;
         const int64_t keep = xp->n_slots >= 0 ? xp->n_slots : 1, room = left - keep;
         spare = room <= 0 ? 0 : want < room ? want : (int32_t)room;
         dspare = want_ds && room - spare >= want_ds ? want_ds : 0;
         if (dspare)
-            TRY(dalloc(f, (size_t)hp->n_layer * (size_t)dspare * sizeof(int32_t), &f->ds.stage, err));
+            TDM_TRY(dalloc(f, (size_t)hp->n_layer * (size_t)dspare * sizeof(int32_t), &f->ds.stage, err));
         if (xp->n_slots < 0)
             p.n_slots = (int32_t)(left - spare - dspare);
     }
-    TRY(tdm_gpu_slot_device_new(f->g, slot ? slot : 64, 4, spare + dspare, f->reg_base, f->reg_bytes, &f->sdev, err));
+    TDM_TRY(tdm_gpu_slot_device_new(f->g, slot ? slot : 64, 4, spare + dspare, f->reg_base, f->reg_bytes, &f->sdev, err));
     p.prefetch = spare; /* what runs: the direct share's tuner starts from it */
     p.dev = f->sdev;
-    TRY(tdm_executor_new(f->m, &p, &f->ex, err));
+    TDM_TRY(tdm_executor_new(f->m, &p, &f->ex, err));
     tdm_expert_cache *c = tdm_executor_cache(f->ex);
     if (f->loan_slots > tdm_expert_cache_n_slots(c)) /* plan_prompt_scratch counted on them */
         return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: the prompt scratch needs %d slots to borrow, the cache "
@@ -845,13 +838,13 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
                                    .slot_bytes = sb, .base = tdm_expert_cache_n_slots(c) + spare, .n = dspare,
                                    .stage = f->ds.stage,
                                    .quota = (const int32_t *)(f->hstate + TDM_GPU_HANDOFF_QUOTA)};
-        TRY(tdm_gpu_memset(f->g, f->ds.stage, 0xff, (size_t)hp->n_layer * dspare * sizeof(int32_t), err));
+        TDM_TRY(tdm_gpu_memset(f->g, f->ds.stage, 0xff, (size_t)hp->n_layer * dspare * sizeof(int32_t), err));
     }
     f->full = calloc((size_t)hp->n_layer, sizeof(bool));
     if (!f->full)
         return tdm_error_set(err, TDM_ERR_OOM, "forward_gpu: layer flags");
-    TRY(mirror_residency(f, err));
-    TRY(tdm_gpu_memset(f->g, f->hstate, 0, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), err));
+    TDM_TRY(mirror_residency(f, err));
+    TDM_TRY(tdm_gpu_memset(f->g, f->hstate, 0, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), err));
     for (int32_t il = 0; il < hp->n_layer; il++)
         if (tdm_model_layer(f->m, il)->ffn == TDM_FFN_MOE && tdm_expert_cache_arena(c))
             f->L[il].table.arena = tdm_expert_cache_arena(c);
@@ -872,7 +865,7 @@ static tdm_status start_hybrid(tdm_forward_gpu *f, const tdm_executor_params *xp
         f->pf.quota = f->ho.quota;
         f->pf.hints = f->hstate + TDM_GPU_HANDOFF_HINTS;
     }
-    TRY(tdm_gpu_alloc_host(f->g, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), (void **)&f->hstate_in, err));
+    TDM_TRY(tdm_gpu_alloc_host(f->g, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), (void **)&f->hstate_in, err));
     return tdm_gpu_alloc_host(f->g, (size_t)hp->n_layer * f->S * hp->n_expert_used * sizeof(int32_t),
                               (void **)&f->pass_ids, err);
 }
@@ -900,7 +893,7 @@ static tdm_status alloc_stream(tdm_forward_gpu *f, const tdm_executor_params *xp
     f->st_chunk = E < TDM_STREAM_CHUNK ? E : TDM_STREAM_CHUNK;
     f->st_per_layer = (E + f->st_chunk - 1) / f->st_chunk;
     const size_t chunks = (size_t)hp->n_layer * (size_t)f->st_per_layer;
-    TRY(dalloc(f, chunks * (size_t)E * sizeof(int32_t), &f->st_map, err));
+    TDM_TRY(dalloc(f, chunks * (size_t)E * sizeof(int32_t), &f->st_map, err));
     f->st_map_host = malloc(chunks * (size_t)E * sizeof(int32_t));
     f->st_experts = malloc((size_t)hp->n_layer * (size_t)E * sizeof(int32_t));
     f->st_layer = malloc(chunks * sizeof(int32_t));
@@ -920,7 +913,7 @@ static tdm_status stream_staging(tdm_forward_gpu *f, tdm_error *err)
         return TDM_OK;
     const size_t bytes = (size_t)f->st_chunk * tdm_expert_cache_slot_bytes_for(f->m);
     for (int b = 0; b < 2; b++)
-        TRY(tdm_gpu_alloc_host(f->g, bytes, (void **)&f->st_host[b], err));
+        TDM_TRY(tdm_gpu_alloc_host(f->g, bytes, (void **)&f->st_host[b], err));
     return TDM_OK;
 }
 
@@ -1090,7 +1083,7 @@ static tdm_status proj_group(tdm_forward_gpu *f, const dgroup *g, const float *x
     if (!g->b.d)
         return proj(f, &g->a, x, xq, 1, y, false, err);
     if (f->mm_min < 1) { /* one token takes the GEMM path too: a matrix at a time */
-        TRY(proj(f, &g->a, x, xq, 1, y, false, err));
+        TDM_TRY(proj(f, &g->a, x, xq, 1, y, false, err));
         return proj(f, &g->b, x, xq, 1, y + g->a.rows, false, err);
     }
     const tdm_gpu_mat a = {g->a.type, g->a.d, g->a.rows}, b = {g->b.type, g->b.d, g->b.rows};
@@ -1109,19 +1102,19 @@ static tdm_status attention_layer(tdm_forward_gpu *f, const tdm_layer *L, const 
                           .n_kv = Hkv, .head_dim = hd, .n_rot = hp->n_rot, .base = (float)hp->rope_base,
                           .eps = hp->norm_eps};
     void *xq = xq_for(f, n, d);
-    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
+    TDM_TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
     if (fused(&gl->f_qkv, n, (size_t)f->B * f->wide)) { /* p1 = q (| gate) | k | v */
-        TRY(proj_group(f, &gl->f_qkv, f->xn, xq, f->p1, err));
+        TDM_TRY(proj_group(f, &gl->f_qkv, f->xn, xq, f->p1, err));
         in.k_src = f->p1 + gl->wq.rows;
         in.v_src = in.k_src + gl->wk.rows;
     } else {
-        TRY(proj(f, &gl->wq, f->xn, xq, n, f->p1, false, err));
-        TRY(proj(f, &gl->wk, f->xn, xq, n, f->p2, false, err));
-        TRY(proj(f, &gl->wv, f->xn, xq, n, f->p3, false, err));
+        TDM_TRY(proj(f, &gl->wq, f->xn, xq, n, f->p1, false, err));
+        TDM_TRY(proj(f, &gl->wk, f->xn, xq, n, f->p2, false, err));
+        TDM_TRY(proj(f, &gl->wv, f->xn, xq, n, f->p3, false, err));
     }
-    TRY(tdm_gpu_attn_prep(f->g, &in, f->pos, n, f->q, hp->attn_gated ? f->gate : NULL, kc, vc, f->n_ctx, err));
+    TDM_TRY(tdm_gpu_attn_prep(f->g, &in, f->pos, n, f->q, hp->attn_gated ? f->gate : NULL, kc, vc, f->n_ctx, err));
     const float scale = (float)(1.0 / sqrt((double)hd));
-    TRY(tdm_gpu_attention(f->g, f->q, kc, vc, hp->attn_gated ? f->gate : NULL, f->ao, n, H, Hkv, hd, f->n_ctx, f->pos,
+    TDM_TRY(tdm_gpu_attention(f->g, f->q, kc, vc, hp->attn_gated ? f->gate : NULL, f->ao, n, H, Hkv, hd, f->n_ctx, f->pos,
                           scale, f->attn_scratch, f->attn_bytes, err));
     return proj(f, &gl->wo, f->ao, NULL, n, f->x, true, err);
 }
@@ -1135,20 +1128,20 @@ static tdm_status deltanet_layer(tdm_forward_gpu *f, const tdm_layer *L, const g
     float *S = f->rec + f->conv_floats + (size_t)L->slot * Hv * hp->ssm_d_k * hp->ssm_d_v;
     float *z = f->p2, *alpha = f->alpha;
     void *xq = xq_for(f, n, d);
-    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
+    TDM_TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->attn_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
     if (fused(&gl->f_dn, n, (size_t)f->B * f->wide)) { /* p1 = qkv | z */
-        TRY(proj_group(f, &gl->f_dn, f->xn, xq, f->p1, err));
+        TDM_TRY(proj_group(f, &gl->f_dn, f->xn, xq, f->p1, err));
         z = f->p1 + gl->qkv.rows;
     } else {
-        TRY(proj(f, &gl->qkv, f->xn, xq, n, f->p1, false, err));
-        TRY(proj(f, &gl->z, f->xn, xq, n, z, false, err));
+        TDM_TRY(proj(f, &gl->qkv, f->xn, xq, n, f->p1, false, err));
+        TDM_TRY(proj(f, &gl->z, f->xn, xq, n, z, false, err));
     }
     if (fused(&gl->f_ba, n, (size_t)f->B * Hv)) { /* beta | alpha */
-        TRY(proj_group(f, &gl->f_ba, f->xn, xq, f->beta, err));
+        TDM_TRY(proj_group(f, &gl->f_ba, f->xn, xq, f->beta, err));
         alpha = f->beta + Hv;
     } else {
-        TRY(proj(f, &gl->beta, f->xn, xq, n, f->beta, false, err));
-        TRY(proj(f, &gl->alpha, f->xn, xq, n, alpha, false, err));
+        TDM_TRY(proj(f, &gl->beta, f->xn, xq, n, f->beta, false, err));
+        TDM_TRY(proj(f, &gl->alpha, f->xn, xq, n, alpha, false, err));
     }
     const tdm_gpu_deltanet_shape sh = {
         .n_k_head = hp->ssm_n_k_heads, .n_v_head = Hv, .d_k = hp->ssm_d_k, .d_v = hp->ssm_d_v,
@@ -1159,11 +1152,11 @@ static tdm_status deltanet_layer(tdm_forward_gpu *f, const tdm_layer *L, const g
             .qkv = f->p1, .conv_w = gl->conv.d, .conv_state = conv_state, .pos = f->pos, .kernel = K,
             .beta = f->beta, .alpha = alpha, .ssm_a = gl->a.d, .dt_bias = gl->dt.d, .state = S, .z = z,
             .norm_w = gl->ssm_norm.d, .norm_eps = hp->norm_eps, .y = f->q, .yq = oq};
-        TRY(tdm_gpu_deltanet_step(f->g, &sh, &io, err));
+        TDM_TRY(tdm_gpu_deltanet_step(f->g, &sh, &io, err));
     } else {
-        TRY(tdm_gpu_ssm_conv(f->g, f->p1, gl->conv.d, conv_state, f->pos, f->p3, n, f->conv_dim, K, err));
-        TRY(tdm_gpu_deltanet(f->g, &sh, f->p3, f->beta, alpha, gl->a.d, gl->dt.d, S, f->ao, n, err));
-        TRY(tdm_gpu_rmsnorm_gated(f->g, f->ao, z, gl->ssm_norm.d, f->q, oq, (int64_t)n * Hv, hp->ssm_d_v, Hv,
+        TDM_TRY(tdm_gpu_ssm_conv(f->g, f->p1, gl->conv.d, conv_state, f->pos, f->p3, n, f->conv_dim, K, err));
+        TDM_TRY(tdm_gpu_deltanet(f->g, &sh, f->p3, f->beta, alpha, gl->a.d, gl->dt.d, S, f->ao, n, err));
+        TDM_TRY(tdm_gpu_rmsnorm_gated(f->g, f->ao, z, gl->ssm_norm.d, f->q, oq, (int64_t)n * Hv, hp->ssm_d_v, Hv,
                                   hp->norm_eps, err));
     }
     return proj(f, &gl->out, f->q, oq, n, f->x, true, err);
@@ -1176,8 +1169,8 @@ static int32_t *layer_ids(const tdm_forward_gpu *f, int32_t il)
 
 static tdm_status route_hook(tdm_forward_gpu *f, int32_t il, int32_t n, int32_t pos0, int32_t k, tdm_error *err)
 {
-    TRY(tdm_gpu_download(f->g, f->hids, layer_ids(f, il), (size_t)n * k * sizeof(int32_t), err));
-    TRY(tdm_gpu_download(f->g, f->hwts, f->wts, (size_t)n * k * sizeof(float), err));
+    TDM_TRY(tdm_gpu_download(f->g, f->hids, layer_ids(f, il), (size_t)n * k * sizeof(int32_t), err));
+    TDM_TRY(tdm_gpu_download(f->g, f->hwts, f->wts, (size_t)n * k * sizeof(float), err));
     for (int32_t t = 0; t < n; t++)
         f->hook(f->hook_user, pos0 + t, il, k, f->hids + (size_t)t * k, f->hwts + (size_t)t * k);
     return TDM_OK;
@@ -1196,7 +1189,7 @@ static tdm_status send_registered(tdm_forward_gpu *f, int b, const tdm_weight *c
             ;
         size_t off = 0;
         for (int i = 0; i < 3; i++) {
-            TRY(tdm_gpu_copy_rows_async(f->g, f->st_dev[b] + (size_t)j0 * slot + off, slot,
+            TDM_TRY(tdm_gpu_copy_rows_async(f->g, f->st_dev[b] + (size_t)j0 * slot + off, slot,
                                         (const uint8_t *)w[i]->data + (size_t)ex[j0] * w[i]->mat_bytes,
                                         w[i]->mat_bytes, w[i]->mat_bytes, (size_t)(j1 - j0), err));
             off += w[i]->mat_bytes;
@@ -1210,7 +1203,7 @@ static tdm_status send_registered(tdm_forward_gpu *f, int b, const tdm_weight *c
 static tdm_status send_staged(tdm_forward_gpu *f, int b, const tdm_weight *const w[3], const int32_t *ex, int32_t n,
                               size_t slot, tdm_error *err)
 {
-    TRY(tdm_gpu_fence_wait_host(f->g, b, err));
+    TDM_TRY(tdm_gpu_fence_wait_host(f->g, b, err));
     for (int32_t j = 0; j < n; j++) {
         size_t off = 0;
         for (int i = 0; i < 3; i++) {
@@ -1220,8 +1213,8 @@ static tdm_status send_staged(tdm_forward_gpu *f, int b, const tdm_weight *const
             off += w[i]->mat_bytes;
         }
     }
-    TRY(tdm_pool_copy(tdm_executor_pool(f->ex), f->st_pieces, 3 * n, err));
-    TRY(tdm_gpu_wait_compute(f->g, err));
+    TDM_TRY(tdm_pool_copy(tdm_executor_pool(f->ex), f->st_pieces, 3 * n, err));
+    TDM_TRY(tdm_gpu_wait_compute(f->g, err));
     return tdm_gpu_copy_async(f->g, f->st_dev[b], f->st_host[b], (size_t)n * slot, err);
 }
 
@@ -1236,10 +1229,10 @@ static tdm_status stream_send(tdm_forward_gpu *f, int32_t c, tdm_error *err)
     const tdm_weight *const w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     const int32_t *ex = f->st_experts + f->st_first[c];
     if (f->reg_base) {
-        TRY(tdm_gpu_wait_compute(f->g, err));
-        TRY(send_registered(f, b, w, ex, n, slot, err));
+        TDM_TRY(tdm_gpu_wait_compute(f->g, err));
+        TDM_TRY(send_registered(f, b, w, ex, n, slot, err));
     } else {
-        TRY(send_staged(f, b, w, ex, n, slot, err));
+        TDM_TRY(send_staged(f, b, w, ex, n, slot, err));
     }
     f->st_bytes += (uint64_t)n * slot;
     return tdm_gpu_fence_copies(f->g, b, err);
@@ -1277,7 +1270,7 @@ static tdm_status stream_plan(tdm_forward_gpu *f, tdm_error *err)
     }
     if (!f->st_total)
         return TDM_OK;
-    TRY(tdm_gpu_upload(f->g, f->st_map, f->st_map_host, (size_t)f->st_total * E * sizeof(int32_t), err));
+    TDM_TRY(tdm_gpu_upload(f->g, f->st_map, f->st_map_host, (size_t)f->st_total * E * sizeof(int32_t), err));
     return stream_send(f, 0, err);
 }
 
@@ -1303,7 +1296,7 @@ static tdm_status moe_run(tdm_forward_gpu *f, const tdm_gpu_moe_layer *moe, cons
     if (moe_grouped(f, n, moe->gate_type)) /* prompt: grouped by expert */
         return tdm_gpu_moe_prefill(f->g, moe, f->xn, ids, wts, n, k, f->h, NULL, f->x, true, f->moe_scratch,
                                    f->moe_bytes, err);
-    TRY(tdm_gpu_moe_gate_up(f->g, moe, f->xn, xq, ids, n, k, f->h, err));
+    TDM_TRY(tdm_gpu_moe_gate_up(f->g, moe, f->xn, xq, ids, n, k, f->h, err));
     return tdm_gpu_moe_down(f->g, moe, f->h, ids, wts, n, k, NULL, f->x, true, err);
 }
 
@@ -1315,9 +1308,9 @@ static tdm_status stream_layer(tdm_forward_gpu *f, const glayer *gl, int32_t il,
     const int32_t E = f->hp->n_expert;
     while (f->st_next < f->st_total && f->st_layer[f->st_next] == il) {
         const int32_t c = f->st_next++;
-        TRY(tdm_gpu_fence_wait_compute(f->g, c & 1, err));
+        TDM_TRY(tdm_gpu_fence_wait_compute(f->g, c & 1, err));
         if (c + 1 < f->st_total)
-            TRY(stream_send(f, c + 1, err));
+            TDM_TRY(stream_send(f, c + 1, err));
         tdm_gpu_expert_table t = gl->table;
         t.slot_of = f->st_map + (size_t)c * E;
         t.arena = f->st_dev[c & 1];
@@ -1327,7 +1320,7 @@ static tdm_status stream_layer(tdm_forward_gpu *f, const glayer *gl, int32_t il,
         moe.shared = NULL;
         for (int32_t t0 = 0; t0 < n; t0 += f->B) {
             span_view(f, t0);
-            TRY(moe_run(f, &moe, NULL, layer_ids(f, il), f->wts, n - t0 < f->B ? n - t0 : f->B, gl->k, err));
+            TDM_TRY(moe_run(f, &moe, NULL, layer_ids(f, il), f->wts, n - t0 < f->B ? n - t0 : f->B, gl->k, err));
         }
     }
     return TDM_OK;
@@ -1360,7 +1353,7 @@ static tdm_status side_branch(tdm_forward_gpu *f, const glayer *gl, int32_t il, 
     const tdm_hparams *hp = f->hp;
     tdm_gpu_prefetch quiet = f->pf;
     quiet.hint_seq = NULL;
-    TRY(tdm_gpu_side_begin(f->g, err));
+    TDM_TRY(tdm_gpu_side_begin(f->g, err));
     tdm_status st = TDM_OK;
     if (what & SIDE_ROUTE) {
         st = proj(f, &gl->router, f->pxn, NULL, 1, f->prl, false, err);
@@ -1389,16 +1382,16 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
     tdm_gpu_moe_layer moe = gl->moe; /* a one-token step may read the shared gate from the fused logits */
     tdm_gpu_shared_expert shared;
     void *xq = xq_for(f, n, d); /* for gate_up (the router products are F32) */
-    TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
+    TDM_TRY(tdm_gpu_rmsnorm(f->g, f->x, gl->post_norm.d, f->xn, xq, n, d, d, hp->norm_eps, err));
     if (L->ffn == TDM_FFN_MOE && fused(&gl->f_route, n, (size_t)f->B * hp->n_expert)) { /* router | shared gate */
-        TRY(proj_group(f, &gl->f_route, f->xn, NULL, f->rl, err));
+        TDM_TRY(proj_group(f, &gl->f_route, f->xn, NULL, f->rl, err));
         shared = gl->shared;
         shared.gate_logit = f->rl + hp->n_expert;
         moe.shared = &shared;
     } else if (L->ffn == TDM_FFN_MOE) {
-        TRY(proj(f, &gl->router, f->xn, NULL, n, f->rl, false, err));
+        TDM_TRY(proj(f, &gl->router, f->xn, NULL, n, f->rl, false, err));
         if (gl->shexp_gate.d)
-            TRY(proj(f, &gl->shexp_gate, f->xn, NULL, n, f->sg, false, err));
+            TDM_TRY(proj(f, &gl->shexp_gate, f->xn, NULL, n, f->sg, false, err));
     }
     if (L->ffn == TDM_FFN_MOE) {
         ids = layer_ids(f, il);
@@ -1408,14 +1401,14 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         moe.shared_done = n == 1 && moe.shared && !moe_grouped(f, n, moe.gate_type) &&
                           hp->n_expert <= TDM_GPU_ROUTER_SHARED_MAX_EXPERTS;
         if (moe.shared_done)
-            TRY(tdm_gpu_router_shared(f->g, &moe, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts,
+            TDM_TRY(tdm_gpu_router_shared(f->g, &moe, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts,
                                       f->xn, xq, f->h, err));
         else
-            TRY(tdm_gpu_router(f->g, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts, err));
+            TDM_TRY(tdm_gpu_router(f->g, f->rl, n, hp->n_expert, k, hp->norm_topk, layer_ids(f, il), f->wts, err));
         if (f->hook)
-            TRY(route_hook(f, il, n, pos0, k, err));
+            TDM_TRY(route_hook(f, il, n, pos0, k, err));
         if (staged) /* the prefetch's residency entries and slots, before anything reads them */
-            TRY(tdm_gpu_side_join(f->g, err));
+            TDM_TRY(tdm_gpu_side_join(f->g, err));
         /* hybrid: the misses go to the CPU pool now (but the direct share),
          * the hits run meanwhile (or, streaming, the misses follow on the GPU) */
         const bool direct = f->ex && direct_batch(f, n);
@@ -1425,18 +1418,18 @@ static tdm_status ffn_layer(tdm_forward_gpu *f, const tdm_layer *L, const glayer
         const bool reorder = staged && f->pf.hint_seq;
         const bool handoff = f->ex && !f->streaming && !f->full[il];
         if (handoff)
-            TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, direct, reorder ? &f->order : NULL,
+            TDM_TRY(tdm_gpu_handoff_publish(f->g, &f->ho, il, f->xn, ids, wts, n, direct, reorder ? &f->order : NULL,
                                         err));
         if (early >= 0) { /* the early prediction's hint, from this layer's input (early_target) */
-            TRY(predict_norm(f, &f->L[early], err));
-            TRY(side_branch(f, &f->L[early], early, -1, SIDE_ROUTE | SIDE_HINT, err));
+            TDM_TRY(predict_norm(f, &f->L[early], err));
+            TDM_TRY(side_branch(f, &f->L[early], early, -1, SIDE_ROUTE | SIDE_HINT, err));
         }
         if (reorder) {
             ids = f->order.ids;
             wts = f->order.weights;
         }
         if (handoff && direct && n == 1 && f->ds.n) { /* the share staged, in the order the publish counted */
-            TRY(tdm_gpu_direct_stage(f->g, &f->ds, il, f->ds_prev, ids, k, &gl->direct, &gl->table, err));
+            TDM_TRY(tdm_gpu_direct_stage(f->g, &f->ds, il, f->ds_prev, ids, k, &gl->direct, &gl->table, err));
             f->ds_prev = il;
             moe.direct = NULL;
         }
@@ -1460,7 +1453,7 @@ static tdm_status embed(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, in
     }
     /* every eval ends synchronised (tdm_forward_gpu_eval), so no earlier
      * upload still reads hx or hpos here */
-    TRY(tdm_gpu_upload_async(f->g, f->x, f->hx, (size_t)n * d * sizeof(float), err));
+    TDM_TRY(tdm_gpu_upload_async(f->g, f->x, f->hx, (size_t)n * d * sizeof(float), err));
     return tdm_gpu_upload_async(f->g, f->pos, f->hpos, (size_t)n * sizeof(int32_t), err);
 }
 
@@ -1469,7 +1462,7 @@ static tdm_status head_rows(tdm_forward_gpu *f, int32_t t0, int32_t nr, tdm_erro
 {
     const int64_t d = f->hp->n_embd;
     void *xq = xq_for(f, nr, d);
-    TRY(tdm_gpu_rmsnorm(f->g, f->x + (size_t)t0 * d, f->out_norm.d, f->xn + (size_t)t0 * d, xq, nr, d, d,
+    TDM_TRY(tdm_gpu_rmsnorm(f->g, f->x + (size_t)t0 * d, f->out_norm.d, f->xn + (size_t)t0 * d, xq, nr, d, d,
                         f->hp->norm_eps, err));
     return proj(f, &f->output, f->xn + (size_t)t0 * d, xq, nr, f->logits, false, err);
 }
@@ -1487,15 +1480,15 @@ static tdm_status head(tdm_forward_gpu *f, int32_t n, float *dst, bool all, tdm_
 {
     const int64_t V = f->hp->n_vocab;
     if (!dst) {
-        TRY(head_rows(f, n - 1, 1, err));
-        TRY(choose(f, err));
+        TDM_TRY(head_rows(f, n - 1, 1, err));
+        TDM_TRY(choose(f, err));
         return tdm_gpu_download_async(f->g, f->host_next, f->next, sizeof(int32_t), err);
     }
     const int32_t r0 = all ? 0 : n - 1;
     for (int32_t t0 = r0; t0 < n; t0 += LOGIT_ROWS) {
         const int32_t nr = n - t0 < LOGIT_ROWS ? n - t0 : LOGIT_ROWS;
-        TRY(head_rows(f, t0, nr, err));
-        TRY(tdm_gpu_download(f->g, dst + (size_t)(t0 - r0) * V, f->logits, (size_t)nr * V * sizeof(float), err));
+        TDM_TRY(head_rows(f, t0, nr, err));
+        TDM_TRY(tdm_gpu_download(f->g, dst + (size_t)(t0 - r0) * V, f->logits, (size_t)nr * V * sizeof(float), err));
     }
     return TDM_OK;
 }
@@ -1511,7 +1504,7 @@ static bool prefetching(const tdm_forward_gpu *f, const tdm_layer *L, int32_t il
  * (clearing what layer prev staged) and their copy. */
 static tdm_status prefetch(tdm_forward_gpu *f, const glayer *gl, int32_t il, int32_t prev, tdm_error *err)
 {
-    TRY(predict_norm(f, gl, err));
+    TDM_TRY(predict_norm(f, gl, err));
     return side_branch(f, gl, il, prev, SIDE_ROUTE | SIDE_STAGE | SIDE_COPY, err);
 }
 
@@ -1570,7 +1563,7 @@ static tdm_status layers(tdm_forward_gpu *f, int32_t n, int32_t pos0, tdm_error 
     }
     /* the last staged entries back to -1: the table is the cache's again */
     if (f->ds.n && f->ds_prev >= 0)
-        TRY(tdm_gpu_direct_stage(f->g, &f->ds, -1, f->ds_prev, NULL, 0, NULL, NULL, err));
+        TDM_TRY(tdm_gpu_direct_stage(f->g, &f->ds, -1, f->ds_prev, NULL, 0, NULL, NULL, err));
     f->ds_prev = -1;
     return staged >= 0 ? tdm_gpu_prefetch_stage(f->g, &f->pf, -1, staged, NULL, 0, err) : TDM_OK;
 }
@@ -1609,12 +1602,12 @@ static tdm_status hybrid_begin(tdm_forward_gpu *f, tdm_error *err)
     if (!f->ex)
         return TDM_OK;
     uint64_t v;
-    TRY(tdm_executor_gpu_begin(f->ex, &v, err));
+    TDM_TRY(tdm_executor_gpu_begin(f->ex, &v, err));
     if (v != f->res_version)
-        TRY(mirror_residency(f, err));
+        TDM_TRY(mirror_residency(f, err));
     const int32_t q = tdm_executor_direct_quota(f->ex);
     if (f->reg_base && q != f->quota_host) {
-        TRY(tdm_gpu_upload(f->g, f->hstate + TDM_GPU_HANDOFF_QUOTA, &q, sizeof q, err));
+        TDM_TRY(tdm_gpu_upload(f->g, f->hstate + TDM_GPU_HANDOFF_QUOTA, &q, sizeof q, err));
         f->quota_host = q;
     }
     return tdm_gpu_mark(f->g, 0, err);
@@ -1633,14 +1626,14 @@ static tdm_status step_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_error
     const uint32_t *hs = f->hstate_in;
     const bool staged = f->pf.n && n == 1 && direct;
     float ms = 0.0f;
-    TRY(tdm_gpu_mark(f->g, 1, err));
-    TRY(tdm_gpu_download_rows_async(f->g, f->pass_ids, row, f->ids, (size_t)f->S * k * sizeof(int32_t), row,
+    TDM_TRY(tdm_gpu_mark(f->g, 1, err));
+    TDM_TRY(tdm_gpu_download_rows_async(f->g, f->pass_ids, row, f->ids, (size_t)f->S * k * sizeof(int32_t), row,
                                     (size_t)f->hp->n_layer, err));
-    TRY(tdm_gpu_download_async(f->g, f->hstate_in, f->hstate, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), err));
+    TDM_TRY(tdm_gpu_download_async(f->g, f->hstate_in, f->hstate, TDM_GPU_HANDOFF_WORDS * sizeof(uint32_t), err));
     if (staged)
-        TRY(tdm_gpu_download_async(f->g, f->stage_host, f->pf.stage, stage_bytes(f), err));
-    TRY(tdm_gpu_sync_pausing(f->g, err)); /* the pool's threads need the CPU the driver's spin took */
-    TRY(tdm_gpu_elapsed_ms(f->g, 0, 1, &ms, err));
+        TDM_TRY(tdm_gpu_download_async(f->g, f->stage_host, f->pf.stage, stage_bytes(f), err));
+    TDM_TRY(tdm_gpu_sync_pausing(f->g, err)); /* the pool's threads need the CPU the driver's spin took */
+    TDM_TRY(tdm_gpu_elapsed_ms(f->g, 0, 1, &ms, err));
     if (hs[TDM_GPU_HANDOFF_TIMEOUTS] != f->hstate_host[TDM_GPU_HANDOFF_TIMEOUTS]) {
         tdm_error pe = {0};
         tdm_status pst = tdm_pool_check(tdm_executor_pool(f->ex), &pe);
@@ -1652,7 +1645,7 @@ static tdm_status step_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_error
                           (uint64_t)f->hstate_host[TDM_GPU_HANDOFF_WAIT_HI] << 32;
     memcpy(f->hstate_host, hs, sizeof f->hstate_host);
     for (int32_t t0 = 0; t0 < n; t0 += f->B) /* the step's times go with its first batch */
-        TRY(tdm_executor_gpu_end(f->ex, f->pass_ids + (size_t)t0 * k, (size_t)n * k, n - t0 < f->B ? n - t0 : f->B,
+        TDM_TRY(tdm_executor_gpu_end(f->ex, f->pass_ids + (size_t)t0 * k, (size_t)n * k, n - t0 < f->B ? n - t0 : f->B,
                                  t0 ? 0.0 : ms, t0 ? 0.0 : (double)(wait - prev) * 1e-6, direct ? f->quota_host : -1,
                                  staged ? f->stage_host : NULL, f->pf.n, err));
     return TDM_OK;
@@ -1663,8 +1656,8 @@ static tdm_status step_end(tdm_forward_gpu *f, int32_t n, bool direct, tdm_error
 static tdm_status eval_batch(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
                              bool all, bool greedy, tdm_error *err)
 {
-    TRY(embed(f, tokens, n, pos0, err));
-    TRY(hybrid_begin(f, err));
+    TDM_TRY(embed(f, tokens, n, pos0, err));
+    TDM_TRY(hybrid_begin(f, err));
     f->streaming = f->ex && f->stream_min && n >= f->stream_min;
     tdm_status st = f->streaming ? stream_plan(f, err) : TDM_OK;
     if (!st)
@@ -1735,7 +1728,7 @@ static tdm_status borrow(tdm_forward_gpu *f, int32_t n, tdm_error *err)
     if (!f->loan_slots || (n <= f->mm_min && !(f->stream_min && n >= f->stream_min)))
         return TDM_OK;
     void *mem = NULL;
-    TRY(tdm_expert_cache_lend(tdm_executor_cache(f->ex), f->loan_slots, &mem, err));
+    TDM_TRY(tdm_expert_cache_lend(tdm_executor_cache(f->ex), f->loan_slots, &mem, err));
     /* the slot boundary is 64-byte aligned: the scratch starts at the next SCRATCH_ALIGN */
     const uintptr_t a = ((uintptr_t)mem + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
     place_prompt_scratch(f, (uint8_t *)a);
@@ -1756,21 +1749,21 @@ static tdm_status eval(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int
                                  "forward_gpu: token %d (at %d) is outside the vocabulary of %d", tokens[t], t,
                                  hp->n_vocab);
     if (n == 1 && (logits || greedy) && f->graphs && !f->hook) {
-        TRY(embed(f, tokens, 1, pos0, err));
-        TRY(hybrid_begin(f, err));
+        TDM_TRY(embed(f, tokens, 1, pos0, err));
+        TDM_TRY(hybrid_begin(f, err));
         tdm_status st = TDM_OK;
         if (decode_graph(f, pos0, logits, &st, err))
             return st ? st : step_end(f, 1, direct_batch(f, 1), err);
-        TRY(tdm_gpu_sync(f->g, err)); /* the step runs eagerly below: its embed rewrites hx */
+        TDM_TRY(tdm_gpu_sync(f->g, err)); /* the step runs eagerly below: its embed rewrites hx */
     }
-    TRY(borrow(f, n, err));
+    TDM_TRY(borrow(f, n, err));
     for (int32_t b0 = 0, nb; b0 < n; b0 += nb) {
         /* a streaming prompt: spans of up to S tokens; otherwise batches of B */
         const int32_t left = n - b0, cap = f->ex && f->stream_min && left >= f->stream_min ? f->S : f->B;
         nb = left < cap ? left : cap;
         const bool last = b0 + nb == n;
         float *dst = !logits ? NULL : logits_all ? logits + (size_t)b0 * hp->n_vocab : last ? logits : NULL;
-        TRY(eval_batch(f, tokens + b0, nb, pos0 + b0, dst, logits_all, greedy && last, err));
+        TDM_TRY(eval_batch(f, tokens + b0, nb, pos0 + b0, dst, logits_all, greedy && last, err));
     }
     return TDM_OK;
 }
@@ -1805,7 +1798,7 @@ tdm_status tdm_forward_gpu_eval(tdm_forward_gpu *f, const int32_t *tokens, int32
 tdm_status tdm_forward_gpu_eval_greedy(tdm_forward_gpu *f, const int32_t *tokens, int32_t n, int32_t pos0,
                                        int32_t *next, tdm_error *err)
 {
-    TRY(finish(f, eval(f, tokens, n, pos0, NULL, false, true, err), err));
+    TDM_TRY(finish(f, eval(f, tokens, n, pos0, NULL, false, true, err), err));
     *next = *f->host_next;
     return TDM_OK;
 }

@@ -92,19 +92,12 @@ static tdm_status meta_f32(const meta *mt, const char *key, double def, double *
     return meta_num(mt, key, true, def, out);
 }
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        tdm_status st_ = (x);                                                                      \
-        if (st_)                                                                                   \
-            return st_;                                                                            \
-    } while (0)
-
 static tdm_status read_hparams(tdm_model *m, tdm_error *err)
 {
     tdm_hparams *hp = &m->hp;
     const char *s;
     size_t len;
-    TRY(tdm_gguf_get_str(m->g, "general.architecture", &s, &len, err));
+    TDM_TRY(tdm_gguf_get_str(m->g, "general.architecture", &s, &len, err));
     int a = -1;
     for (int i = 0; i < 3; i++)
         if (strlen(arch_names[i]) == len && !memcmp(s, arch_names[i], len))
@@ -117,14 +110,14 @@ static tdm_status read_hparams(tdm_model *m, tdm_error *err)
     meta mt = {m->g, arch_names[a], err};
     int32_t block_count;
     double eps, base;
-    TRY(meta_u32(&mt, "block_count", -1, &block_count));
-    TRY(meta_u32(&mt, "nextn_predict_layers", 0, &hp->n_nextn));
-    TRY(meta_u32(&mt, "embedding_length", -1, &hp->n_embd));
-    TRY(meta_u32(&mt, "context_length", 4096, &hp->n_ctx_train));
-    TRY(meta_u32(&mt, "attention.head_count", -1, &hp->n_head));
-    TRY(meta_u32(&mt, "attention.head_count_kv", hp->n_head, &hp->n_head_kv));
-    TRY(meta_f32(&mt, "attention.layer_norm_rms_epsilon", 1e-6, &eps));
-    TRY(meta_f32(&mt, "rope.freq_base", 10000.0, &base));
+    TDM_TRY(meta_u32(&mt, "block_count", -1, &block_count));
+    TDM_TRY(meta_u32(&mt, "nextn_predict_layers", 0, &hp->n_nextn));
+    TDM_TRY(meta_u32(&mt, "embedding_length", -1, &hp->n_embd));
+    TDM_TRY(meta_u32(&mt, "context_length", 4096, &hp->n_ctx_train));
+    TDM_TRY(meta_u32(&mt, "attention.head_count", -1, &hp->n_head));
+    TDM_TRY(meta_u32(&mt, "attention.head_count_kv", hp->n_head, &hp->n_head_kv));
+    TDM_TRY(meta_f32(&mt, "attention.layer_norm_rms_epsilon", 1e-6, &eps));
+    TDM_TRY(meta_f32(&mt, "rope.freq_base", 10000.0, &base));
     hp->norm_eps = (float)eps;
     hp->rope_base = base;
     if (hp->n_embd <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv)
@@ -132,21 +125,21 @@ static tdm_status read_hparams(tdm_model *m, tdm_error *err)
                              "bad attention shape: embedding_length %d, head_count %d, head_count_kv %d",
                              hp->n_embd, hp->n_head, hp->n_head_kv);
     int32_t vlen;
-    TRY(meta_u32(&mt, "attention.key_length", hp->n_embd / hp->n_head, &hp->head_dim));
-    TRY(meta_u32(&mt, "attention.value_length", hp->head_dim, &vlen));
+    TDM_TRY(meta_u32(&mt, "attention.key_length", hp->n_embd / hp->n_head, &hp->head_dim));
+    TDM_TRY(meta_u32(&mt, "attention.value_length", hp->head_dim, &vlen));
     if (vlen != hp->head_dim || hp->head_dim <= 0 || hp->head_dim % 2)
         return tdm_error_set(err, TDM_ERR_UNSUPPORTED,
                              "%s.attention.key_length %d / value_length %d: need equal, even sizes",
                              mt.arch, hp->head_dim, vlen);
-    TRY(meta_u32(&mt, "rope.dimension_count", hp->head_dim, &hp->n_rot));
+    TDM_TRY(meta_u32(&mt, "rope.dimension_count", hp->head_dim, &hp->n_rot));
     if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return tdm_error_set(err, TDM_ERR_FORMAT, "%s.rope.dimension_count %d invalid for head dim %d",
                              mt.arch, hp->n_rot, hp->head_dim);
-    TRY(meta_u32(&mt, "expert_count", -1, &hp->n_expert));
-    TRY(meta_u32(&mt, "expert_used_count", -1, &hp->n_expert_used));
-    TRY(meta_u32(&mt, "expert_feed_forward_length", -1, &hp->n_ff_exp));
-    TRY(meta_u32(&mt, "expert_shared_feed_forward_length", 0, &hp->n_ff_shexp));
-    TRY(meta_u32(&mt, "feed_forward_length", 0, &hp->n_ff));
+    TDM_TRY(meta_u32(&mt, "expert_count", -1, &hp->n_expert));
+    TDM_TRY(meta_u32(&mt, "expert_used_count", -1, &hp->n_expert_used));
+    TDM_TRY(meta_u32(&mt, "expert_feed_forward_length", -1, &hp->n_ff_exp));
+    TDM_TRY(meta_u32(&mt, "expert_shared_feed_forward_length", 0, &hp->n_ff_shexp));
+    TDM_TRY(meta_u32(&mt, "feed_forward_length", 0, &hp->n_ff));
     if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert ||
         hp->n_expert_used > 64 || hp->n_ff_exp <= 0)
         return tdm_error_set(err, TDM_ERR_FORMAT,
@@ -165,12 +158,12 @@ static tdm_status read_hparams(tdm_model *m, tdm_error *err)
     if (hp->arch == TDM_ARCH_QWEN3MOE)
         return TDM_OK;
     int32_t inner;
-    TRY(meta_u32(&mt, "ssm.conv_kernel", -1, &hp->ssm_conv_kernel));
-    TRY(meta_u32(&mt, "ssm.state_size", -1, &hp->ssm_d_k));
-    TRY(meta_u32(&mt, "ssm.group_count", -1, &hp->ssm_n_k_heads));
-    TRY(meta_u32(&mt, "ssm.time_step_rank", -1, &hp->ssm_n_v_heads));
-    TRY(meta_u32(&mt, "ssm.inner_size", -1, &inner));
-    TRY(meta_u32(&mt, "full_attention_interval", 4, &hp->full_attn_interval));
+    TDM_TRY(meta_u32(&mt, "ssm.conv_kernel", -1, &hp->ssm_conv_kernel));
+    TDM_TRY(meta_u32(&mt, "ssm.state_size", -1, &hp->ssm_d_k));
+    TDM_TRY(meta_u32(&mt, "ssm.group_count", -1, &hp->ssm_n_k_heads));
+    TDM_TRY(meta_u32(&mt, "ssm.time_step_rank", -1, &hp->ssm_n_v_heads));
+    TDM_TRY(meta_u32(&mt, "ssm.inner_size", -1, &inner));
+    TDM_TRY(meta_u32(&mt, "full_attention_interval", 4, &hp->full_attn_interval));
     if (hp->ssm_conv_kernel < 1 || hp->ssm_conv_kernel > 16 || hp->ssm_d_k <= 0 || hp->ssm_n_k_heads <= 0 ||
         hp->ssm_n_v_heads <= 0 || hp->ssm_n_v_heads % hp->ssm_n_k_heads || inner % hp->ssm_n_v_heads ||
         hp->full_attn_interval <= 0)
@@ -198,11 +191,11 @@ static tdm_status layer_kind(const tdm_model *m, int32_t il, tdm_layer_kind *kin
         tdm_gguf_vtype et;
         uint64_t n;
         int64_t v;
-        TRY(tdm_gguf_get_arr(m->g, key, &et, &n, err));
+        TDM_TRY(tdm_gguf_get_arr(m->g, key, &et, &n, err));
         if (n < (uint64_t)hp->n_layer)
             return tdm_error_set(err, TDM_ERR_FORMAT, "%s has %llu entries, need %d", key,
                                  (unsigned long long)n, hp->n_layer);
-        TRY(tdm_gguf_arr_int(m->g, key, il, &v, err));
+        TDM_TRY(tdm_gguf_arr_int(m->g, key, il, &v, err));
         *kind = v ? TDM_LAYER_DELTANET : TDM_LAYER_ATTN;
         return TDM_OK;
     }
@@ -276,12 +269,12 @@ static tdm_status bind_attention(const binder *b, tdm_layer *L)
     int64_t d = hp->n_embd, hd = hp->head_dim;
     int64_t q_out = (int64_t)hp->n_head * hd * (hp->attn_gated ? 2 : 1);
     int64_t kv_out = (int64_t)hp->n_head_kv * hd;
-    TRY(bl(b, &L->wq, "attn_q.weight", d, q_out, 1, REQ, MATRIX));
-    TRY(bl(b, &L->wk, "attn_k.weight", d, kv_out, 1, REQ, MATRIX));
-    TRY(bl(b, &L->wv, "attn_v.weight", d, kv_out, 1, REQ, MATRIX));
-    TRY(bl(b, &L->wo, "attn_output.weight", (int64_t)hp->n_head * hd, d, 1, REQ, MATRIX));
-    TRY(bl(b, &L->q_norm, "attn_q_norm.weight", hd, 1, 1, REQ, VECTOR_F32));
-    TRY(bl(b, &L->k_norm, "attn_k_norm.weight", hd, 1, 1, REQ, VECTOR_F32));
+    TDM_TRY(bl(b, &L->wq, "attn_q.weight", d, q_out, 1, REQ, MATRIX));
+    TDM_TRY(bl(b, &L->wk, "attn_k.weight", d, kv_out, 1, REQ, MATRIX));
+    TDM_TRY(bl(b, &L->wv, "attn_v.weight", d, kv_out, 1, REQ, MATRIX));
+    TDM_TRY(bl(b, &L->wo, "attn_output.weight", (int64_t)hp->n_head * hd, d, 1, REQ, MATRIX));
+    TDM_TRY(bl(b, &L->q_norm, "attn_q_norm.weight", hd, 1, 1, REQ, VECTOR_F32));
+    TDM_TRY(bl(b, &L->k_norm, "attn_k_norm.weight", hd, 1, 1, REQ, VECTOR_F32));
     return TDM_OK;
 }
 
@@ -290,19 +283,19 @@ static tdm_status bind_deltanet(const binder *b, tdm_layer *L)
     const tdm_hparams *hp = &b->m->hp;
     int64_t d = hp->n_embd, hv = hp->ssm_n_v_heads;
     int64_t conv_dim = tdm_hparams_conv_dim(hp), vdim = hv * hp->ssm_d_v;
-    TRY(bl(b, &L->ssm_qkv, "attn_qkv.weight", d, conv_dim, 1, REQ, MATRIX));
-    TRY(bl(b, &L->ssm_z, "attn_gate.weight", d, vdim, 1, REQ, MATRIX));
+    TDM_TRY(bl(b, &L->ssm_qkv, "attn_qkv.weight", d, conv_dim, 1, REQ, MATRIX));
+    TDM_TRY(bl(b, &L->ssm_z, "attn_gate.weight", d, vdim, 1, REQ, MATRIX));
     if (hp->arch == TDM_ARCH_QWEN3NEXT) {
-        TRY(bl(b, &L->ssm_ba, "ssm_ba.weight", d, 2 * hv, 1, REQ, MATRIX));
+        TDM_TRY(bl(b, &L->ssm_ba, "ssm_ba.weight", d, 2 * hv, 1, REQ, MATRIX));
     } else {
-        TRY(bl(b, &L->ssm_beta, "ssm_beta.weight", d, hv, 1, REQ, MATRIX));
-        TRY(bl(b, &L->ssm_alpha, "ssm_alpha.weight", d, hv, 1, REQ, MATRIX));
+        TDM_TRY(bl(b, &L->ssm_beta, "ssm_beta.weight", d, hv, 1, REQ, MATRIX));
+        TDM_TRY(bl(b, &L->ssm_alpha, "ssm_alpha.weight", d, hv, 1, REQ, MATRIX));
     }
-    TRY(bl(b, &L->ssm_conv, "ssm_conv1d.weight", hp->ssm_conv_kernel, conv_dim, 1, REQ, VECTOR_F32));
-    TRY(bl(b, &L->ssm_dt, "ssm_dt.bias", hv, 1, 1, REQ, VECTOR_F32));
-    TRY(bl(b, &L->ssm_a, "ssm_a", hv, 1, 1, REQ, VECTOR_F32));
-    TRY(bl(b, &L->ssm_norm, "ssm_norm.weight", hp->ssm_d_v, 1, 1, REQ, VECTOR_F32));
-    TRY(bl(b, &L->ssm_out, "ssm_out.weight", vdim, d, 1, REQ, MATRIX));
+    TDM_TRY(bl(b, &L->ssm_conv, "ssm_conv1d.weight", hp->ssm_conv_kernel, conv_dim, 1, REQ, VECTOR_F32));
+    TDM_TRY(bl(b, &L->ssm_dt, "ssm_dt.bias", hv, 1, 1, REQ, VECTOR_F32));
+    TDM_TRY(bl(b, &L->ssm_a, "ssm_a", hv, 1, 1, REQ, VECTOR_F32));
+    TDM_TRY(bl(b, &L->ssm_norm, "ssm_norm.weight", hp->ssm_d_v, 1, 1, REQ, VECTOR_F32));
+    TDM_TRY(bl(b, &L->ssm_out, "ssm_out.weight", vdim, d, 1, REQ, MATRIX));
     return TDM_OK;
 }
 
@@ -320,22 +313,22 @@ static tdm_status bind_ffn(const binder *b, tdm_layer *L)
             return tdm_error_set(b->err, TDM_ERR_FORMAT, "blk.%d is a dense layer but %s.feed_forward_length is missing",
                                  b->blk, arch_names[hp->arch]);
         L->ffn = TDM_FFN_DENSE;
-        TRY(bl(b, &L->ffn_gate, "ffn_gate.weight", d, hp->n_ff, 1, REQ, MATRIX));
-        TRY(bl(b, &L->ffn_up, "ffn_up.weight", d, hp->n_ff, 1, REQ, MATRIX));
-        TRY(bl(b, &L->ffn_down, "ffn_down.weight", hp->n_ff, d, 1, REQ, MATRIX));
+        TDM_TRY(bl(b, &L->ffn_gate, "ffn_gate.weight", d, hp->n_ff, 1, REQ, MATRIX));
+        TDM_TRY(bl(b, &L->ffn_up, "ffn_up.weight", d, hp->n_ff, 1, REQ, MATRIX));
+        TDM_TRY(bl(b, &L->ffn_down, "ffn_down.weight", hp->n_ff, d, 1, REQ, MATRIX));
         return TDM_OK;
     }
     L->ffn = TDM_FFN_MOE;
-    TRY(bl(b, &L->router, "ffn_gate_inp.weight", d, E, 1, REQ, MATRIX));
-    TRY(bl(b, &L->gate_exps, "ffn_gate_exps.weight", d, ff, E, REQ, MATRIX));
-    TRY(bl(b, &L->up_exps, "ffn_up_exps.weight", d, ff, E, REQ, MATRIX));
-    TRY(bl(b, &L->down_exps, "ffn_down_exps.weight", ff, d, E, REQ, MATRIX));
+    TDM_TRY(bl(b, &L->router, "ffn_gate_inp.weight", d, E, 1, REQ, MATRIX));
+    TDM_TRY(bl(b, &L->gate_exps, "ffn_gate_exps.weight", d, ff, E, REQ, MATRIX));
+    TDM_TRY(bl(b, &L->up_exps, "ffn_up_exps.weight", d, ff, E, REQ, MATRIX));
+    TDM_TRY(bl(b, &L->down_exps, "ffn_down_exps.weight", ff, d, E, REQ, MATRIX));
     if (hp->n_ff_shexp > 0) {
         need r = hp->arch == TDM_ARCH_QWEN3MOE ? OPT : REQ;
-        TRY(bl(b, &L->gate_shexp, "ffn_gate_shexp.weight", d, hp->n_ff_shexp, 1, r, MATRIX));
-        TRY(bl(b, &L->up_shexp, "ffn_up_shexp.weight", d, hp->n_ff_shexp, 1, r, MATRIX));
-        TRY(bl(b, &L->down_shexp, "ffn_down_shexp.weight", hp->n_ff_shexp, d, 1, r, MATRIX));
-        TRY(bl(b, &L->shexp_gate, "ffn_gate_inp_shexp.weight", d, 1, 1, r, MATRIX));
+        TDM_TRY(bl(b, &L->gate_shexp, "ffn_gate_shexp.weight", d, hp->n_ff_shexp, 1, r, MATRIX));
+        TDM_TRY(bl(b, &L->up_shexp, "ffn_up_shexp.weight", d, hp->n_ff_shexp, 1, r, MATRIX));
+        TDM_TRY(bl(b, &L->down_shexp, "ffn_down_shexp.weight", hp->n_ff_shexp, d, 1, r, MATRIX));
+        TDM_TRY(bl(b, &L->shexp_gate, "ffn_gate_inp_shexp.weight", d, 1, 1, r, MATRIX));
         if (!L->gate_shexp.data != !L->shexp_gate.data || !L->up_shexp.data != !L->down_shexp.data ||
             !L->gate_shexp.data != !L->up_shexp.data)
             return tdm_error_set(b->err, TDM_ERR_FORMAT, "blk.%d: incomplete shared expert tensors", b->blk);
@@ -347,10 +340,10 @@ static tdm_status bind_layer(const binder *b, tdm_layer *L, tdm_layer_kind kind)
 {
     const tdm_hparams *hp = &b->m->hp;
     L->kind = kind;
-    TRY(bl(b, &L->attn_norm, "attn_norm.weight", hp->n_embd, 1, 1, REQ, VECTOR_F32));
-    TRY(bl(b, &L->post_norm, hp->arch == TDM_ARCH_QWEN3MOE ? "ffn_norm.weight" : "post_attention_norm.weight",
+    TDM_TRY(bl(b, &L->attn_norm, "attn_norm.weight", hp->n_embd, 1, 1, REQ, VECTOR_F32));
+    TDM_TRY(bl(b, &L->post_norm, hp->arch == TDM_ARCH_QWEN3MOE ? "ffn_norm.weight" : "post_attention_norm.weight",
            hp->n_embd, 1, 1, REQ, VECTOR_F32));
-    TRY(kind == TDM_LAYER_ATTN ? bind_attention(b, L) : bind_deltanet(b, L));
+    TDM_TRY(kind == TDM_LAYER_ATTN ? bind_attention(b, L) : bind_deltanet(b, L));
     return bind_ffn(b, L);
 }
 
@@ -363,9 +356,9 @@ static tdm_status bind_all(tdm_model *m, tdm_error *err)
     if (te->ne[1] <= 0 || te->ne[1] > (1 << 24))
         return tdm_error_set(err, TDM_ERR_FORMAT, "token_embd.weight has %lld rows", (long long)te->ne[1]);
     hp->n_vocab = (int32_t)te->ne[1];
-    TRY(bind(m, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, REQ, MATRIX, err));
-    TRY(bind(m, &m->output_norm, "output_norm.weight", hp->n_embd, 1, 1, REQ, VECTOR_F32, err));
-    TRY(bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 1, OPT, MATRIX, err));
+    TDM_TRY(bind(m, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, REQ, MATRIX, err));
+    TDM_TRY(bind(m, &m->output_norm, "output_norm.weight", hp->n_embd, 1, 1, REQ, VECTOR_F32, err));
+    TDM_TRY(bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 1, OPT, MATRIX, err));
     m->tied = m->output.data == NULL;
     if (m->tied)
         m->output = m->tok_embd;
@@ -374,19 +367,19 @@ static tdm_status bind_all(tdm_model *m, tdm_error *err)
         return tdm_error_set(err, TDM_ERR_OOM, "layer table");
     for (int32_t il = 0; il < hp->n_layer; il++) {
         tdm_layer_kind kind = TDM_LAYER_ATTN;
-        TRY(layer_kind(m, il, &kind, err));
+        TDM_TRY(layer_kind(m, il, &kind, err));
         binder b = {m, il, err};
-        TRY(bind_layer(&b, &m->layers[il], kind));
+        TDM_TRY(bind_layer(&b, &m->layers[il], kind));
         m->layers[il].slot = kind == TDM_LAYER_ATTN ? hp->n_attn_layers++ : hp->n_rec_layers++;
     }
     if (hp->n_nextn > 0) {
         binder b = {m, hp->n_layer, err};
         tdm_mtp *p = &m->mtp;
-        TRY(bl(&b, &p->eh_proj, "nextn.eh_proj.weight", 2 * (int64_t)hp->n_embd, hp->n_embd, 1, REQ, MATRIX));
-        TRY(bl(&b, &p->enorm, "nextn.enorm.weight", hp->n_embd, 1, 1, REQ, VECTOR_F32));
-        TRY(bl(&b, &p->hnorm, "nextn.hnorm.weight", hp->n_embd, 1, 1, REQ, VECTOR_F32));
-        TRY(bl(&b, &p->shared_head_norm, "nextn.shared_head_norm.weight", hp->n_embd, 1, 1, OPT, VECTOR_F32));
-        TRY(bind_layer(&b, &p->layer, TDM_LAYER_ATTN));
+        TDM_TRY(bl(&b, &p->eh_proj, "nextn.eh_proj.weight", 2 * (int64_t)hp->n_embd, hp->n_embd, 1, REQ, MATRIX));
+        TDM_TRY(bl(&b, &p->enorm, "nextn.enorm.weight", hp->n_embd, 1, 1, REQ, VECTOR_F32));
+        TDM_TRY(bl(&b, &p->hnorm, "nextn.hnorm.weight", hp->n_embd, 1, 1, REQ, VECTOR_F32));
+        TDM_TRY(bl(&b, &p->shared_head_norm, "nextn.shared_head_norm.weight", hp->n_embd, 1, 1, OPT, VECTOR_F32));
+        TDM_TRY(bind_layer(&b, &p->layer, TDM_LAYER_ATTN));
         p->layer.slot = -1; /* the MTP has its own KV cache, not the trunk's */
         m->has_mtp = true;
     }

@@ -50,4 +50,12 @@ typedef void (*tdm_log_fn)(tdm_log_level level, const char *msg, void *user);
 void tdm_log_set_sink(tdm_log_fn fn, void *user, tdm_log_level min_level);
 void tdm_log(tdm_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Returns the status of `call` from the enclosing function unless it is TDM_OK. */
+#define TDM_TRY(call)                                                                          \
+    do {                                                                                       \
+        tdm_status tdm_try_ = (call);                                                          \
+        if (tdm_try_ != TDM_OK)                                                                \
+            return tdm_try_;                                                                   \
+    } while (0)
+
 #endif

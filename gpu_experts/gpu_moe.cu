@@ -113,13 +113,6 @@ __global__ void __launch_bounds__(32)
     router_warp<PER>(logits, n_expert, k, renorm, ids, weights, blockIdx.x);
 }
 
-#define MOE_CHECK(call)                                                                      \
-    do {                                                                                     \
-        tdm_status s_ = (call);                                                              \
-        if (s_ != TDM_OK)                                                                    \
-            return s_;                                                                       \
-    } while (0)
-
 /* The router's arguments (at most max_expert experts). */
 static tdm_status router_check(const float *logits, int64_t ntok, int64_t n_expert, int64_t k, const int32_t *ids,
                                const float *weights, int max_expert, tdm_error *err)
@@ -137,7 +130,7 @@ extern "C" tdm_status tdm_gpu_router(tdm_gpu *g, const float *logits, int64_t nt
                                      int64_t n_expert, int64_t k, bool renorm, int32_t *ids,
                                      float *weights, tdm_error *err)
 {
-    MOE_CHECK(router_check(logits, ntok, n_expert, k, ids, weights, ROUTER_MAX_EXPERTS, err));
+    TDM_TRY(router_check(logits, ntok, n_expert, k, ids, weights, ROUTER_MAX_EXPERTS, err));
     /* experts per lane: the least power of two that covers n_expert */
     static const decltype(&router_kernel<1>) kernels[] = {router_kernel<1>, router_kernel<2>, router_kernel<4>,
                                                           router_kernel<8>, router_kernel<16>, router_kernel<32>};
@@ -507,9 +500,9 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
     a->gate_type = L->gate_type;
     a->up_type = L->up_type;
     a->down_type = L->down_type;
-    MOE_CHECK(row_bytes_of(L->gate_type, L->n_embd, "gate", &a->gate_row_bytes, err));
-    MOE_CHECK(row_bytes_of(L->up_type, L->n_embd, "up", &a->up_row_bytes, err));
-    MOE_CHECK(row_bytes_of(L->down_type, L->n_ff, "down", &a->down_row_bytes, err));
+    TDM_TRY(row_bytes_of(L->gate_type, L->n_embd, "gate", &a->gate_row_bytes, err));
+    TDM_TRY(row_bytes_of(L->up_type, L->n_embd, "up", &a->up_row_bytes, err));
+    TDM_TRY(row_bytes_of(L->down_type, L->n_ff, "down", &a->down_row_bytes, err));
     TDM_REQUIRE(err, L->n_ff % 8 == 0 && L->n_embd % 8 == 0, "gpu moe: n_ff/n_embd not multiples of 8");
     a->n_embd = (int)L->n_embd;
     a->n_ff = (int)L->n_ff;
@@ -521,9 +514,9 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
     a->gate_g = moe_chunk_geom_of(L->gate_type, a);
     a->up_g = moe_chunk_geom_of(L->up_type, a);
     a->down_units = a->n_ff / tdm_gpu_qt_unit(L->down_type);
-    MOE_CHECK(tdm_gpu_check_align(L->gate_type, a->arena + a->gate_off, a->slot_bytes, "gpu moe", "gate", err));
-    MOE_CHECK(tdm_gpu_check_align(L->up_type, a->arena + a->up_off, a->slot_bytes, "gpu moe", "up", err));
-    MOE_CHECK(tdm_gpu_check_align(L->down_type, a->arena + a->down_off, a->slot_bytes, "gpu moe", "down", err));
+    TDM_TRY(tdm_gpu_check_align(L->gate_type, a->arena + a->gate_off, a->slot_bytes, "gpu moe", "gate", err));
+    TDM_TRY(tdm_gpu_check_align(L->up_type, a->arena + a->up_off, a->slot_bytes, "gpu moe", "up", err));
+    TDM_TRY(tdm_gpu_check_align(L->down_type, a->arena + a->down_off, a->slot_bytes, "gpu moe", "down", err));
     const tdm_gpu_shared_expert *sh = L->shared;
     if (sh) {
         TDM_REQUIRE(err, sh->gate && sh->up && sh->down, "gpu moe: shared expert weights NULL");
@@ -534,18 +527,18 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
         a->sh_gate_type = sh->gate_type;
         a->sh_up_type = sh->up_type;
         a->sh_down_type = sh->down_type;
-        MOE_CHECK(row_bytes_of(sh->gate_type, L->n_embd, "shared gate", &a->sh_gate_row_bytes, err));
-        MOE_CHECK(row_bytes_of(sh->up_type, L->n_embd, "shared up", &a->sh_up_row_bytes, err));
-        MOE_CHECK(row_bytes_of(sh->down_type, sh->n_ff, "shared down", &a->sh_down_row_bytes, err));
+        TDM_TRY(row_bytes_of(sh->gate_type, L->n_embd, "shared gate", &a->sh_gate_row_bytes, err));
+        TDM_TRY(row_bytes_of(sh->up_type, L->n_embd, "shared up", &a->sh_up_row_bytes, err));
+        TDM_TRY(row_bytes_of(sh->down_type, sh->n_ff, "shared down", &a->sh_down_row_bytes, err));
         a->sh_n_ff = (int)sh->n_ff;
         a->sh_logit = sh->gate_logit;
         a->sh_down_i8 = moe_i8(sh->down_type);
         a->sh_gate_g = moe_chunk_geom_of(sh->gate_type, a);
         a->sh_up_g = moe_chunk_geom_of(sh->up_type, a);
         a->sh_down_units = a->sh_n_ff / tdm_gpu_qt_unit(sh->down_type);
-        MOE_CHECK(tdm_gpu_check_align(sh->gate_type, sh->gate, 0, "gpu moe", "shared gate", err));
-        MOE_CHECK(tdm_gpu_check_align(sh->up_type, sh->up, 0, "gpu moe", "shared up", err));
-        MOE_CHECK(tdm_gpu_check_align(sh->down_type, sh->down, 0, "gpu moe", "shared down", err));
+        TDM_TRY(tdm_gpu_check_align(sh->gate_type, sh->gate, 0, "gpu moe", "shared gate", err));
+        TDM_TRY(tdm_gpu_check_align(sh->up_type, sh->up, 0, "gpu moe", "shared up", err));
+        TDM_TRY(tdm_gpu_check_align(sh->down_type, sh->down, 0, "gpu moe", "shared down", err));
     }
     const tdm_gpu_direct_experts *dx = L->direct;
     if (dx) {
@@ -557,9 +550,9 @@ static tdm_status moe_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t 
         a->dir_up_stride = (int64_t)dx->up_stride;
         a->dir_down_stride = (int64_t)dx->down_stride;
         a->dir_quota = dx->quota;
-        MOE_CHECK(tdm_gpu_check_align(L->gate_type, dx->gate, a->dir_gate_stride, "gpu moe", "host gate", err));
-        MOE_CHECK(tdm_gpu_check_align(L->up_type, dx->up, a->dir_up_stride, "gpu moe", "host up", err));
-        MOE_CHECK(tdm_gpu_check_align(L->down_type, dx->down, a->dir_down_stride, "gpu moe", "host down", err));
+        TDM_TRY(tdm_gpu_check_align(L->gate_type, dx->gate, a->dir_gate_stride, "gpu moe", "host gate", err));
+        TDM_TRY(tdm_gpu_check_align(L->up_type, dx->up, a->dir_up_stride, "gpu moe", "host up", err));
+        TDM_TRY(tdm_gpu_check_align(L->down_type, dx->down, a->dir_down_stride, "gpu moe", "host down", err));
     }
     return TDM_OK;
 }
@@ -628,11 +621,11 @@ extern "C" tdm_status tdm_gpu_moe_gate_up(tdm_gpu *g, const tdm_gpu_moe_layer *L
                                           float *h, tdm_error *err)
 {
     moe_args a;
-    MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
+    TDM_TRY(moe_prepare(L, ntok, k, &a, err));
     TDM_REQUIRE(err, ids, "gpu moe_gate_up: NULL argument");
     size_t smem = 0;
     moe_hq_out hq = {};
-    MOE_CHECK(gate_up_shape(&a, x, &xq, ntok, k, h, "gpu moe_gate_up", &smem, &hq, err));
+    TDM_TRY(gate_up_shape(&a, x, &xq, ntok, k, h, "gpu moe_gate_up", &smem, &hq, err));
     /* the shared expert's tiles, unless tdm_gpu_router_shared computed them */
     const int64_t nsel = ntok * (k + (a.has_shared && !L->shared_done));
     dim3 grid(tdm_cdiv(a.h_stride, GU_TILE), (unsigned)nsel);
@@ -647,13 +640,13 @@ extern "C" tdm_status tdm_gpu_router_shared(tdm_gpu *g, const tdm_gpu_moe_layer 
                                             tdm_error *err)
 {
     static_assert(32 * RS_PER == TDM_GPU_ROUTER_SHARED_MAX_EXPERTS, "gpu.h states the limit");
-    MOE_CHECK(router_check(logits, ntok, n_expert, k, ids, weights, TDM_GPU_ROUTER_SHARED_MAX_EXPERTS, err));
+    TDM_TRY(router_check(logits, ntok, n_expert, k, ids, weights, TDM_GPU_ROUTER_SHARED_MAX_EXPERTS, err));
     moe_args a;
-    MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
+    TDM_TRY(moe_prepare(L, ntok, k, &a, err));
     TDM_REQUIRE(err, a.has_shared, "gpu router_shared: the layer has no shared expert");
     size_t smem = 0;
     moe_hq_out hq = {};
-    MOE_CHECK(gate_up_shape(&a, x, &xq, ntok, k, h, "gpu router_shared", &smem, &hq, err));
+    TDM_TRY(gate_up_shape(&a, x, &xq, ntok, k, h, "gpu router_shared", &smem, &hq, err));
     const int64_t blocks = ntok * (1 + tdm_cdiv(a.sh_n_ff, GU_TILE));
     TDM_LAUNCH(err, g, router_shared_of(&a), (unsigned)blocks, GU_WARPS * 32, smem, logits, (int)n_expert,
                renorm ? 1 : 0, ids, weights, a, x, (const int8_t *)xq, (int)k, (int)ntok, h, hq);
@@ -666,7 +659,7 @@ extern "C" tdm_status tdm_gpu_moe_down(tdm_gpu *g, const tdm_gpu_moe_layer *L, c
                                        tdm_error *err)
 {
     moe_args a;
-    MOE_CHECK(moe_prepare(L, ntok, k, &a, err));
+    TDM_TRY(moe_prepare(L, ntok, k, &a, err));
     TDM_REQUIRE(err, h && ids && weights && y, "gpu moe_down: NULL argument");
     TDM_REQUIRE(err, ((uintptr_t)h & 255) == 0, "gpu moe_down: h must be 256-byte aligned");
     const int64_t nsel = ntok * (k + a.has_shared);

@@ -543,13 +543,6 @@ __global__ void pf_reduce_kernel(pf_args a, const int32_t *__restrict__ ids,
 
 /* ---- host side ---- */
 
-#define PF_TRY(call)                                                                         \
-    do {                                                                                     \
-        tdm_status s_ = (call);                                                              \
-        if (s_ != TDM_OK)                                                                    \
-            return s_;                                                                       \
-    } while (0)
-
 /* Whether the two 16-element halves of every group share {d, m}: the fold
  * of the products can then take 32 elements at once. Plain formats: {1, 0}. */
 template <int T> static constexpr bool pf_one_scale()
@@ -573,7 +566,7 @@ static tdm_status pf_mat_set(pf_mat *m, const void *w, int64_t stride, tdm_qtype
                 "gpu moe_prefill: %s is [%lld][%lld]; its rows must be a positive multiple of "
                 "the %s block (%d)",
                 what, (long long)rows, (long long)k, tdm_qtype_name(t), blk);
-    PF_TRY(tdm_gpu_check_align(t, w, stride, "gpu moe_prefill", what, err));
+    TDM_TRY(tdm_gpu_check_align(t, w, stride, "gpu moe_prefill", what, err));
     int one = 0;
     TDM_QT_DISPATCH(t, one = pf_one_scale<QTYPE>());
     *m = pf_mat{(const uint8_t *)w, k / blk * bytes, (int)t, (int)rows, (int)k, one};
@@ -597,14 +590,14 @@ static tdm_status pf_prepare(const tdm_gpu_moe_layer *L, int64_t ntok, int64_t k
     memset(a, 0, sizeof *a);
     const uint8_t *arena = (const uint8_t *)tb->arena;
     const int64_t sb = (int64_t)tb->slot_bytes;
-    PF_TRY(pf_mat_set(&a->mat[0][0], arena + tb->gate_off, sb, L->gate_type, L->n_ff, L->n_embd, "gate", err));
-    PF_TRY(pf_mat_set(&a->mat[0][1], arena + tb->up_off, sb, L->up_type, L->n_ff, L->n_embd, "up", err));
-    PF_TRY(pf_mat_set(&a->mat[0][2], arena + tb->down_off, sb, L->down_type, L->n_embd, L->n_ff, "down", err));
+    TDM_TRY(pf_mat_set(&a->mat[0][0], arena + tb->gate_off, sb, L->gate_type, L->n_ff, L->n_embd, "gate", err));
+    TDM_TRY(pf_mat_set(&a->mat[0][1], arena + tb->up_off, sb, L->up_type, L->n_ff, L->n_embd, "up", err));
+    TDM_TRY(pf_mat_set(&a->mat[0][2], arena + tb->down_off, sb, L->down_type, L->n_embd, L->n_ff, "down", err));
     const tdm_gpu_shared_expert *sh = L->shared;
     if (sh) {
-        PF_TRY(pf_mat_set(&a->mat[1][0], sh->gate, 0, sh->gate_type, sh->n_ff, L->n_embd, "shared gate", err));
-        PF_TRY(pf_mat_set(&a->mat[1][1], sh->up, 0, sh->up_type, sh->n_ff, L->n_embd, "shared up", err));
-        PF_TRY(pf_mat_set(&a->mat[1][2], sh->down, 0, sh->down_type, L->n_embd, sh->n_ff, "shared down", err));
+        TDM_TRY(pf_mat_set(&a->mat[1][0], sh->gate, 0, sh->gate_type, sh->n_ff, L->n_embd, "shared gate", err));
+        TDM_TRY(pf_mat_set(&a->mat[1][1], sh->up, 0, sh->up_type, sh->n_ff, L->n_embd, "shared up", err));
+        TDM_TRY(pf_mat_set(&a->mat[1][2], sh->down, 0, sh->down_type, L->n_embd, sh->n_ff, "shared down", err));
         a->has_shared = 1;
         a->sh_logit = sh->gate_logit;
     }
@@ -661,7 +654,7 @@ extern "C" tdm_status tdm_gpu_moe_prefill(tdm_gpu *g, const tdm_gpu_moe_layer *L
                                           tdm_error *err)
 {
     pf_args a;
-    PF_TRY(pf_prepare(L, ntok, k, &a, err));
+    TDM_TRY(pf_prepare(L, ntok, k, &a, err));
     TDM_REQUIRE(err, x && ids && weights && h && y && scratch, "gpu moe_prefill: NULL argument");
     TDM_REQUIRE(err, ((uintptr_t)x & 15) == 0 && ((uintptr_t)h & 15) == 0,
                 "gpu moe_prefill: x and h must be 16-byte aligned");
