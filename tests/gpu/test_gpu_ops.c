@@ -257,9 +257,11 @@ static void test_attn_prep(void **state)
 
 /* Positions come from device memory: token j of the sequence sits at row
  * j; with `stray` the last query's position is beyond the cache (its K/V
- * row is not there) and its output row must be zeros. */
-static void run_attention(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ctx, int64_t pos0,
-                          int64_t ntok, bool gated, bool stray)
+ * row is not there) and its output row must be zeros. The caches start
+ * `shift` halves into their allocations (1: rows not 16-byte aligned, so a
+ * head_dim of 32 DPL takes the strided lanes instead of vector loads). */
+static void run_attention_at(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ctx, int64_t pos0,
+                             int64_t ntok, bool gated, bool stray, int64_t shift)
 {
     int64_t total = pos0 + ntok, kvw = n_kv * hd;
     /* K/V rows 0..total-1, the queries are the last ntok */
@@ -313,7 +315,11 @@ static void run_attention(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ct
                 hk[c] = j < stored ? tdm_fp32_to_fp16(k[j * kvw + g * hd + i]) : 0xFFFF;
                 hv[c] = j < stored ? tdm_fp32_to_fp16(v[j * kvw + g * hd + i]) : 0xFFFF;
             }
-    uint16_t *kc = dev_upload(hk, 2 * n_kv * n_ctx * hd), *vc = dev_upload(hv, 2 * n_kv * n_ctx * hd);
+    const size_t cache_bytes = 2 * (size_t)(n_kv * n_ctx * hd);
+    uint16_t *kbuf = dev_alloc(cache_bytes + 16), *vbuf = dev_alloc(cache_bytes + 16);
+    uint16_t *kc = kbuf + shift, *vc = vbuf + shift;
+    GPU_OK(tdm_gpu_upload(g_gpu, kc, hk, cache_bytes, ERR));
+    GPU_OK(tdm_gpu_upload(g_gpu, vc, hv, cache_bytes, ERR));
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * total);
     float *dq = dev_upload(q, sizeof(float) * ntok * n_head * hd);
     float *dg = dev_upload(gate, sizeof(float) * ntok * n_head * hd);
@@ -328,16 +334,22 @@ static void run_attention(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ct
                                  dpos + pos0, scale, run ? scratch : NULL, run ? sb : 0, ERR));
         float *o = dev_download_f32(dout, ntok * n_head * hd);
         char what[128];
-        snprintf(what, sizeof what, "attention %lldq/%lldkv hd %lld pos0 %lld ntok %lld%s%s%s",
+        snprintf(what, sizeof what, "attention %lldq/%lldkv hd %lld pos0 %lld ntok %lld%s%s%s%s",
                  (long long)n_head, (long long)n_kv, (long long)hd, (long long)pos0, (long long)ntok,
-                 gated ? " gated" : "", stray ? " stray" : "", run ? " split" : "");
+                 gated ? " gated" : "", stray ? " stray" : "", run ? " split" : "", shift ? " unaligned" : "");
         check_close(what, o, ref, bound, ntok * n_head * hd, 0, 0);
         free(o);
         dev_free(dout);
     }
     dev_free(scratch);
     free(k), free(v), free(q), free(gate), free(pos), free(ref), free(bound), free(sc), free(hk), free(hv);
-    dev_free(kc), dev_free(vc), dev_free(dpos), dev_free(dq), dev_free(dg);
+    dev_free(kbuf), dev_free(vbuf), dev_free(dpos), dev_free(dq), dev_free(dg);
+}
+
+static void run_attention(int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ctx, int64_t pos0,
+                          int64_t ntok, bool gated, bool stray)
+{
+    run_attention_at(n_head, n_kv, hd, n_ctx, pos0, ntok, gated, stray, 0);
 }
 
 static void test_attention(void **state)
@@ -355,6 +367,11 @@ static void test_attention(void **state)
     run_attention(2, 1, 512, 20, 0, 2, false, false);
     run_attention(4, 2, 64, 16, 10, 4, true, true);       /* last position past the cache */
     run_attention(4, 2, 64, 16, 0, 1, false, true);       /* decode past the cache */
+    /* the head dims that take vector loads (64, 128, 256, 512 above), with
+     * caches not 16-byte aligned: the strided lanes */
+    run_attention_at(16, 2, 256, 1100, 1023, 1, true, false, 1);
+    run_attention_at(8, 1, 128, 700, 600, 7, false, false, 1);
+    run_attention_at(4, 2, 64, 16, 10, 4, true, true, 1);
 }
 
 /* ---------------- DeltaNet ---------------- */
