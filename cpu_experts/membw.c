@@ -170,16 +170,34 @@ static tdm_status check_threads(int *threads, int ncores, tdm_error *err)
     return TDM_OK;
 }
 
-/* Loads the topology and resolves the thread count against its cores. */
-static tdm_status open_team(tdm_topology **topo, int *nt, tdm_error *err)
+/* A probe's team: the topology, the thread count resolved against its
+ * cores, and the caller's binding (the caller is the team's master, which
+ * the probe pins; close_team, on the caller, puts it back). */
+typedef struct probe_team {
+    tdm_topology *topo;
+    tdm_thread_binding *caller;
+    int nt;
+} probe_team;
+
+static tdm_status open_team(probe_team *tm, int threads, tdm_error *err)
 {
-    tdm_status st = tdm_topology_load(topo, err);
+    tm->nt = threads;
+    tdm_status st = tdm_topology_load(&tm->topo, err);
     if (st != TDM_OK)
         return st;
-    st = check_threads(nt, tdm_topology_physical_cores(*topo), err);
-    if (st != TDM_OK)
-        tdm_topology_free(*topo);
-    return st;
+    st = check_threads(&tm->nt, tdm_topology_physical_cores(tm->topo), err);
+    if (st != TDM_OK) {
+        tdm_topology_free(tm->topo);
+        return st;
+    }
+    tm->caller = tdm_topology_save_thread(tm->topo);
+    return TDM_OK;
+}
+
+static void close_team(probe_team *tm)
+{
+    tdm_topology_restore_thread(tm->topo, tm->caller);
+    tdm_topology_free(tm->topo);
 }
 
 tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_error *err)
@@ -188,11 +206,11 @@ tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_err
         return tdm_error_set(err, TDM_ERR_INVALID, "membw: bytes = %zu, need at least 1 MiB", o->bytes);
     if (o->repeats < 1)
         return tdm_error_set(err, TDM_ERR_INVALID, "membw: repeats = %d, need >= 1", o->repeats);
-    tdm_topology *topo;
-    int nt = o->threads;
-    tdm_status st = open_team(&topo, &nt, err);
+    probe_team tm;
+    tdm_status st = open_team(&tm, o->threads, err);
     if (st != TDM_OK)
         return st;
+    const int nt = tm.nt;
     /* three arrays of n doubles; n a multiple of 8 per thread */
     size_t n = o->bytes / 3 / sizeof(double) / (8 * (size_t)nt) * 8 * (size_t)nt;
     size_t abytes = n * sizeof(double);
@@ -200,14 +218,14 @@ tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_err
     double *secs = malloc(sizeof(double) * TDM_MEMBW_KIND_COUNT * (size_t)o->repeats);
     if (!a || !b || !cc || !secs) {
         big_free(a, abytes), big_free(b, abytes), big_free(cc, abytes), free(secs);
-        tdm_topology_free(topo);
+        close_team(&tm);
         return tdm_error_set(err, TDM_ERR_OOM, "membw: cannot allocate 3 x %zu bytes", abytes);
     }
     double sink = 0.0;
 #pragma omp parallel num_threads(nt) reduction(+ : sink)
     {
         int t = omp_get_thread_num();
-        tdm_topology_bind_thread(topo, t, NULL); /* best effort */
+        tdm_topology_bind_thread(tm.topo, t, NULL); /* best effort */
         size_t lo, hi;
         slice(n, t, nt, 8, &lo, &hi);
         for (size_t i = lo; i < hi; i++) { /* first touch by the thread that streams it */
@@ -247,7 +265,7 @@ tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_err
     if (sink == 42.0) /* keeps the read loop's result alive */
         tdm_log(TDM_LOG_DEBUG, "membw: sink %g", sink);
     big_free(a, abytes), big_free(b, abytes), big_free(cc, abytes), free(secs);
-    tdm_topology_free(topo);
+    close_team(&tm);
     return TDM_OK;
 }
 
@@ -276,11 +294,11 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
                              (long long)o->rows, (long long)o->cols, q->name, q->block);
     if (o->repeats < 1)
         return tdm_error_set(err, TDM_ERR_INVALID, "membw matvec: repeats = %d", o->repeats);
-    tdm_topology *topo;
-    int nt = o->threads;
-    tdm_status st = open_team(&topo, &nt, err);
+    probe_team tm;
+    tdm_status st = open_team(&tm, o->threads, err);
     if (st != TDM_OK)
         return st;
+    const int nt = tm.nt;
     size_t row_bytes = tdm_qtype_row_bytes(o->type, o->cols), mat_bytes = row_bytes * (size_t)o->rows;
     size_t nmat = o->bytes / mat_bytes > 0 ? o->bytes / mat_bytes : 1, total = nmat * mat_bytes;
     uint8_t *w = big_alloc(total);
@@ -290,7 +308,7 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
     double *secs = malloc(sizeof(double) * (size_t)o->repeats);
     if (!w || !xq || !x || !y || !secs) {
         big_free(w, total), free(xq), free(x), free(y), free(secs);
-        tdm_topology_free(topo);
+        close_team(&tm);
         return tdm_error_set(err, TDM_ERR_OOM, "membw matvec: cannot allocate %zu bytes", total);
     }
     for (int64_t i = 0; i < o->cols; i++)
@@ -299,7 +317,7 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num();
-        tdm_topology_bind_thread(topo, t, NULL); /* best effort */
+        tdm_topology_bind_thread(tm.topo, t, NULL); /* best effort */
         size_t r0, r1;
         slice((size_t)o->rows, t, nt, 1, &r0, &r1);
         for (size_t m = 0; m < nmat; m++)
@@ -320,7 +338,7 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
     }
     *out = stats_of(secs, o->repeats, (double)total);
     big_free(w, total), free(xq), free(x), free(y), free(secs);
-    tdm_topology_free(topo);
+    close_team(&tm);
     return TDM_OK;
 }
 

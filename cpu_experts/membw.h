@@ -10,7 +10,11 @@
  * (tdm_matmul_rows, one token) streams expert-shaped quantised weights from a
  * buffer larger than the LLC, split by rows across the same pinned threads.
  * GB/s are 1e9 bytes per second. Timed repetitions give min/median/max.
- * Everything allocated is freed before return; not for the per-token path.
+ * The caller is the team's master and is pinned while a probe runs; its
+ * binding is put back before return, so a probe between runs of the pool
+ * leaves the caller's placement as it was (tandem bench probes around every
+ * grid point). Everything allocated is freed before return; not for the
+ * per-token path.
  */
 #ifndef TDM_MEMBW_H
 #define TDM_MEMBW_H

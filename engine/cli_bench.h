@@ -60,7 +60,10 @@ typedef struct bench_run {
     tdm_executor_stats dec;     /* counters over the decode phase (after - before) */
     double hit;                 /* measured decode hit rate (from dec, or as recorded) */
     /* filled after the workload */
-    double dram_gbps;           /* B_dram at this thread count (0: none) */
+    double dram_gbps;           /* B_dram of the bound (0: none): CPU path the probe or --membw;
+                                 * hybrid --membw or the larger of dram_pre and dram_post */
+    double dram_pre, dram_post; /* hybrid: the probe at this thread count right before and right
+                                 * after the point's session (0: none) */
     double cpu_bytes, gpu_bytes; /* per decoded token */
     tdm_bench_bound bound;
     tdm_proj_point proj;        /* hybrid: the projection of this point */
@@ -89,8 +92,14 @@ typedef struct bench_ctx {
     double vram_gbps;           /* device copy GB/s */
     double stage_us;            /* one dependent stage on the device (bench_bound.h) */
     int64_t stages;             /* dependent stages per decoded token of the model */
-    double dram_gbps[MAX_LIST]; /* B_dram per o->threads[i] (0: none) */
+    double dram_gbps[MAX_LIST]; /* B_dram per o->threads[i] (0: none): --membw or the median of
+                                 * its probes (the projection's pool efficiency) */
+    double dram_min[MAX_LIST], dram_max[MAX_LIST];
+    int dram_n[MAX_LIST];       /* probes at o->threads[i] that read a bandwidth */
     char dram_source[32];       /* "probe", "user", "none" */
+    double probe_gbps[2 * MAX_RUNS]; /* hybrid: every probe that read, in order */
+    int probe_threads[2 * MAX_RUNS];
+    int n_probes;
     double efficiency;          /* of the projection */
     char efficiency_source[128];
     double vram_eff;            /* of the projection: fraction of vram_gbps */

@@ -93,15 +93,19 @@ void bench_print_validation(const bench_ctx *c)
 
 void bench_print_hybrid_report(const bench_ctx *c)
 {
-    printf("\n%7s %-8s %7s %6s %8s %8s %6s %7s %7s %7s %7s %7s %7s %8s %-8s %7s %8s %7s\n", "gpu-mem", "fill",
-           "threads", "prompt", "prompt/s", "decode/s", "hit", "cpu ms", "gpu ms", "wait ms", "pool GB/s",
-           "MB/tok", "B_dram", "bound/s", "bound", "of bnd", "b+lat/s", "of b+l");
+    printf("\n%7s %-8s %7s %6s %8s %8s %6s %7s %7s %7s %7s %7s %7s %7s %7s %8s %-8s %7s %8s %7s\n", "gpu-mem",
+           "fill", "threads", "prompt", "prompt/s", "decode/s", "hit", "cpu ms", "gpu ms", "wait ms", "pool GB/s",
+           "MB/tok", "before", "after", "B_dram", "bound/s", "bound", "of bnd", "b+lat/s", "of b+l");
     for (int i = 0; i < c->n_runs; i++) {
         const bench_run *r = &c->runs[i];
         const double dec = r->decoded / r->decode_s, n = r->decoded;
         printf("%7.1f %-8s %7d %6d %8.1f %8.2f %5.1f%% %7.3f %7.3f %7.3f %7.1f %7.1f ", r->gpu_mem_gib,
                bench_fill_name[r->fill], r->threads, r->prompt, r->prompt / r->prompt_s, dec, 100 * r->hit,
                r->dec.pool_ms / n, r->dec.dev_ms / n, r->dec.wait_ms / n, run_pool_gbps(r), r->cpu_bytes / 1e6);
+        print_opt(r->dram_pre, r->dram_pre > 0, "%*.1f", 7);
+        printf(" ");
+        print_opt(r->dram_post, r->dram_post > 0, "%*.1f", 7);
+        printf(" ");
         print_opt(r->dram_gbps, r->dram_gbps > 0, "%*.1f", 7);
         if (r->bound.tok_s > 0)
             printf(" %8.1f %-8s %6.1f%%", r->bound.tok_s, r->bound.cpu_bound ? "cpu-dram" : "gpu-vram",
@@ -115,7 +119,7 @@ void bench_print_hybrid_report(const bench_ctx *c)
     }
     printf("(per decoded token; cpu ms = pool compute, gpu ms = GPU step time, wait ms = GPU waiting for "
            "the pool;\n bound = 1 / max(pool bytes / B_dram, GPU bytes / B_vram), B_vram %.0f GB/s device "
-           "copy, B_dram %s;\n b+lat = DESIGN.md §5 with its latency: 1 / max(pool bytes / B_dram, GPU bytes / "
+           "copy, B_dram %s\n (before / after: the probe right before / after the point; B_dram the larger);\n b+lat = DESIGN.md §5 with its latency: 1 / max(pool bytes / B_dram, GPU bytes / "
            "B_vram + t_latency),\n t_latency %.3f ms = %lld dependent stages x %.2f us)\n",
            c->vram_gbps, c->dram_source, c->stage_us * 1e-3 * c->stages, (long long)c->stages, c->stage_us);
     if (c->o->validate)
@@ -193,6 +197,10 @@ static cJSON *run_json(const bench_run *r)
     run_json_hybrid(x, r);
     add_num_or_null(x, "bytes_per_token", r->cpu_bytes, r->fill < 0);
     add_num_or_null(x, "dram_gbps", r->dram_gbps, r->dram_gbps > 0);
+    if (r->fill >= 0) {
+        add_num_or_null(x, "dram_probe_before_gbps", r->dram_pre, r->dram_pre > 0);
+        add_num_or_null(x, "dram_probe_after_gbps", r->dram_post, r->dram_post > 0);
+    }
     add_num_or_null(x, "bound_tok_s", bound, bound > 0);
     if (r->fill < 0 || bound > 0) /* the CPU path is DRAM-bound by construction */
         cJSON_AddStringToObject(x, "bound", r->fill < 0 || r->bound.cpu_bound ? "cpu-dram" : "gpu-vram");
@@ -231,6 +239,9 @@ static void host_json(cJSON *root, const bench_ctx *c)
         cJSON *x = cJSON_CreateObject();
         cJSON_AddNumberToObject(x, "threads", c->o->threads[t]);
         add_num_or_null(x, "read_gbps", c->dram_gbps[t], c->dram_gbps[t] > 0);
+        add_num_or_null(x, "min_gbps", c->dram_min[t], c->dram_min[t] > 0);
+        add_num_or_null(x, "max_gbps", c->dram_max[t], c->dram_max[t] > 0);
+        cJSON_AddNumberToObject(x, "probes", c->dram_n[t]);
         cJSON_AddStringToObject(x, "source", c->dram_source);
         cJSON_AddItemToArray(d, x);
     }

@@ -287,22 +287,39 @@ static tdm_status run_hybrid_point(bench_ctx *c, tdm_model *model, const int32_t
     return st;
 }
 
-/* B_dram per thread count, after the workload; a count the probe refuses
- * (more threads than physical cores) leaves its bound empty. */
+static int cmp_gbps(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* B_dram per thread count: --membw, or the median, least and greatest of the
+ * probes at that count (a count the probe refuses, more threads than
+ * physical cores, has none: its bound stays empty). */
 static void hybrid_dram(bench_ctx *c)
 {
     const bench_opts *o = c->o;
     snprintf(c->dram_source, sizeof c->dram_source, "%s",
              o->membw > 0 ? "user" : o->measure ? "probe" : "none");
     for (int t = 0; t < o->n_threads; t++) {
-        tdm_error e = {0};
-        if (o->membw > 0)
-            c->dram_gbps[t] = o->membw;
-        else if (o->measure && tdm_bench_dram_gbps(o->threads[t], o->probe_bytes, &c->dram_gbps[t], &e))
-            fprintf(stderr, "bench: no B_dram for %d threads: %s\n", o->threads[t], e.msg);
-        else if (o->measure)
-            printf("host read bandwidth, %d pinned threads: %.1f GB/s (B_dram)\n", o->threads[t],
-                   c->dram_gbps[t]);
+        double v[2 * MAX_RUNS];
+        int n = 0;
+        for (int i = 0; i < c->n_probes; i++)
+            if (c->probe_threads[i] == o->threads[t])
+                v[n++] = c->probe_gbps[i];
+        c->dram_n[t] = n;
+        if (o->membw > 0) {
+            c->dram_gbps[t] = c->dram_min[t] = c->dram_max[t] = o->membw;
+            continue;
+        }
+        if (!n)
+            continue;
+        qsort(v, (size_t)n, sizeof *v, cmp_gbps);
+        c->dram_gbps[t] = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+        c->dram_min[t] = v[0];
+        c->dram_max[t] = v[n - 1];
+        printf("host read bandwidth, %d pinned threads: %d probes, median %.1f GB/s (%.1f-%.1f)\n", o->threads[t],
+               n, c->dram_gbps[t], v[0], v[n - 1]);
     }
 }
 
@@ -336,17 +353,9 @@ static void hybrid_efficiency(bench_ctx *c)
         const double eff = bytes / (ms * 1e-3) / 1e9 / c->dram_gbps[tmax];
         c->efficiency = eff < 1.5 ? eff : 1.5; /* the projection's range */
         snprintf(c->efficiency_source, sizeof c->efficiency_source,
-                 "pool %.1f GB/s / B_dram %.1f GB/s at %d threads", bytes / (ms * 1e-3) / 1e9,
+                 "pool %.1f GB/s / median B_dram %.1f GB/s at %d threads", bytes / (ms * 1e-3) / 1e9,
                  c->dram_gbps[tmax], o->threads[tmax]);
     }
-}
-
-static int thread_index(const bench_opts *o, int threads)
-{
-    int t = 0;
-    while (t < o->n_threads - 1 && o->threads[t] != threads)
-        t++;
-    return t;
 }
 
 /* The projection of run i for its machine (docs/BENCH.md "Projection check"):
@@ -384,7 +393,9 @@ static void hybrid_bound(bench_ctx *c)
         bench_run *r = &c->runs[i];
         const double ctx = r->prompt + r->decoded / 2.0;
         r->hit = run_hit_rate(r);
-        r->dram_gbps = c->dram_gbps[thread_index(c->o, r->threads)];
+        /* the larger of the probes around the point: a probe that read low never raises the
+         * fraction of the bound */
+        r->dram_gbps = c->o->membw > 0 ? c->o->membw : r->dram_pre > r->dram_post ? r->dram_pre : r->dram_post;
         /* every missed byte leaves host DRAM, through the pool, the GPU's direct share or its
          * prefetch (the bytes the misses need: prefetched experts that were not selected are not
          * counted) */
@@ -423,6 +434,30 @@ static tdm_status run_cpu(bench_ctx *c, tdm_model *model, const int32_t *ids, td
     return st;
 }
 
+/* B_dram from the probe with a point's pool thread count (pinned as the
+ * pool pins them; the probe leaves the main thread's binding as it was),
+ * taken right before and right after the point: the host's bandwidth moves
+ * between points (45-75 GB/s within a minute on the H200 host), so each
+ * point gets its own. 0 without a probe or when it fails. */
+static double probe_point(bench_ctx *c, int threads, const char *when, double gib)
+{
+    const bench_opts *o = c->o;
+    double gbps = 0;
+    tdm_error e = {0};
+    if (!o->measure || o->membw > 0)
+        return 0;
+    if (tdm_bench_dram_gbps(threads, o->probe_bytes, &gbps, &e)) {
+        fprintf(stderr, "bench: no B_dram for %d threads: %s\n", threads, e.msg);
+        return 0;
+    }
+    printf("host read bandwidth, %d pinned threads, %s --gpu-mem %g: %.1f GB/s\n", threads, when, gib, gbps);
+    if (c->n_probes < 2 * MAX_RUNS) {
+        c->probe_gbps[c->n_probes] = gbps;
+        c->probe_threads[c->n_probes++] = threads;
+    }
+    return gbps;
+}
+
 /* A point that fails (budget too small, a CUDA error) is reported and skipped:
  * the others still run. An error only when no point ran. */
 static tdm_status run_hybrid(bench_ctx *c, tdm_model *model, const int32_t *ids, tdm_error *err)
@@ -434,7 +469,15 @@ static tdm_status run_hybrid(bench_ctx *c, tdm_model *model, const int32_t *ids,
             for (int f = 0; f < o->n_fills; f++) {
                 const bench_run proto = {.threads = o->threads[t], .gpu_mem_gib = o->gpu_mem[v],
                                          .fill = o->fills[f]};
-                if (!run_hybrid_point(c, model, ids, proto, err))
+                const int first = c->n_runs;
+                const double pre = probe_point(c, proto.threads, "before", proto.gpu_mem_gib);
+                const tdm_status st = run_hybrid_point(c, model, ids, proto, err);
+                const double post = probe_point(c, proto.threads, "after", proto.gpu_mem_gib);
+                for (int i = first; i < c->n_runs; i++) {
+                    c->runs[i].dram_pre = pre;
+                    c->runs[i].dram_post = post;
+                }
+                if (!st)
                     continue;
                 fprintf(stderr, "bench: skipped --gpu-mem %g, %d threads, fill %s: %s\n", proto.gpu_mem_gib,
                         proto.threads, bench_fill_name[proto.fill], err->msg);

@@ -73,6 +73,30 @@ tdm_status tdm_topology_bind_thread(const tdm_topology *t, int core, tdm_error *
     return TDM_OK;
 }
 
+struct tdm_thread_binding {
+    hwloc_cpuset_t set;
+};
+
+tdm_thread_binding *tdm_topology_save_thread(const tdm_topology *t)
+{
+    tdm_thread_binding *b = malloc(sizeof *b);
+    if (b && (b->set = hwloc_bitmap_alloc()) && hwloc_get_cpubind(t->topo, b->set, HWLOC_CPUBIND_THREAD) == 0)
+        return b;
+    if (b)
+        hwloc_bitmap_free(b->set);
+    free(b);
+    return NULL;
+}
+
+void tdm_topology_restore_thread(const tdm_topology *t, tdm_thread_binding *b)
+{
+    if (!b)
+        return;
+    hwloc_set_cpubind(t->topo, b->set, HWLOC_CPUBIND_THREAD);
+    hwloc_bitmap_free(b->set);
+    free(b);
+}
+
 tdm_status tdm_topology_bind_omp_team(const tdm_topology *t, int n, tdm_error *err)
 {
     int failed = 0;

@@ -24,6 +24,16 @@ int tdm_topology_default_threads(const tdm_topology *t);
  * (index mod the core count). TDM_ERR_UNSUPPORTED where the OS refuses. */
 tdm_status tdm_topology_bind_thread(const tdm_topology *t, int core, tdm_error *err);
 
+/* The calling thread's binding as it is now, for a caller that pins the
+ * thread for a while (the bandwidth probe pins its team's master, which is
+ * the caller) and must leave it as it found it. NULL when the OS does not
+ * say; the caller owns the result and hands it to
+ * tdm_topology_restore_thread, which binds the calling thread to it again
+ * (best effort) and frees it (NULL: nothing to do). */
+typedef struct tdm_thread_binding tdm_thread_binding;
+tdm_thread_binding *tdm_topology_save_thread(const tdm_topology *t);
+void tdm_topology_restore_thread(const tdm_topology *t, tdm_thread_binding *b);
+
 /* Binds every thread of the next OpenMP parallel team of n threads to its own
  * physical core (thread i -> core i). Call outside a parallel region. */
 tdm_status tdm_topology_bind_omp_team(const tdm_topology *t, int n, tdm_error *err);

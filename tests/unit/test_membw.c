@@ -1,6 +1,9 @@
 /* test_membw: the bandwidth probe at a small size: sane numbers (positive,
- * finite, min <= median <= max), the matvec measurement, the JSON file, and
- * the error paths. No speed is asserted. */
+ * finite, min <= median <= max), the matvec measurement, the JSON file, the
+ * caller's CPU binding left as it was, and the error paths. No speed is
+ * asserted. */
+#define _GNU_SOURCE
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -108,6 +111,52 @@ static void test_probe_and_json(void **state)
     assert_int_equal(tdm_membw_write_json("/nonexistent-dir/x.json", res, nres, &err), TDM_ERR_IO);
 }
 
+/* The probe pins its team's master, the caller: afterwards the caller is
+ * bound as before (tandem bench probes between grid points, whose main
+ * thread feeds the GPU). The caller is first bound to the last CPU it may
+ * use, which is not where thread 0 of a probe goes on a machine of two or
+ * more CPUs. */
+static void test_caller_binding_kept(void **state)
+{
+    (void)state;
+    cpu_set_t all, last, now;
+    /* every CPU the process may use (an earlier probe in this process pinned
+     * the caller, so ask for all and read back what the kernel allows) */
+    CPU_ZERO(&all);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        CPU_SET(c, &all);
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    int hi = -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all))
+            hi = c;
+    assert_true(hi >= 0);
+    CPU_ZERO(&last);
+    CPU_SET(hi, &last);
+    const cpu_set_t *want[2] = {&all, &last};
+    for (int w = 0; w < 2; w++) {
+        assert_int_equal(sched_setaffinity(0, sizeof *want[w], want[w]), 0);
+        tdm_membw_opts o;
+        tdm_membw_opts_default(&o);
+        o.bytes = 3u << 20;
+        o.threads = 1;
+        o.repeats = 1;
+        tdm_membw_result r;
+        tdm_error err;
+        assert_int_equal(tdm_membw_run(&o, &r, &err), TDM_OK);
+        assert_int_equal(sched_getaffinity(0, sizeof now, &now), 0);
+        assert_true(CPU_EQUAL(&now, want[w]));
+        tdm_membw_stats s;
+        tdm_membw_matvec_opts mo = {TDM_Q_Q4_K, 64, 512, 1u << 20, 1, 1};
+        assert_int_equal(tdm_membw_matvec(&mo, &s, &err), TDM_OK);
+        assert_int_equal(sched_getaffinity(0, sizeof now, &now), 0);
+        assert_true(CPU_EQUAL(&now, want[w]));
+    }
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+    printf("  caller kept its binding (%d CPUs, then CPU %d alone)\n", CPU_COUNT(&all), hi);
+}
+
 static void test_errors(void **state)
 {
     tdm_membw_opts o;
@@ -141,6 +190,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe_and_json),
+        cmocka_unit_test(test_caller_binding_kept),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
