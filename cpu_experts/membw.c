@@ -89,24 +89,29 @@ static void slice(size_t n, int t, int nt, size_t align, size_t *lo, size_t *hi)
  * core can stream. Prefetching past the end of a slice is harmless. */
 #define PF_AHEAD 1024
 
-static double read_slice(const double *a, size_t n)
+/* Reads n doubles' worth of bytes as integers (any bit pattern: the region
+ * probe reads quantised weights, which as doubles would hold denormals and
+ * slow the adds); returns their xor so the loads stay live. */
+static uint64_t read_slice(const double *a, size_t n)
 {
 #if defined(__SSE2__)
-    __m128d s0 = _mm_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-    for (size_t i = 0; i < n; i += 8) {
-        __builtin_prefetch((const char *)(a + i) + PF_AHEAD, 0, 3);
-        s0 = _mm_add_pd(s0, _mm_load_pd(a + i));
-        s1 = _mm_add_pd(s1, _mm_load_pd(a + i + 2));
-        s2 = _mm_add_pd(s2, _mm_load_pd(a + i + 4));
-        s3 = _mm_add_pd(s3, _mm_load_pd(a + i + 6));
+    __m128i s0 = _mm_setzero_si128(), s1 = s0, s2 = s0, s3 = s0;
+    const __m128i *v = (const __m128i *)a;
+    for (size_t i = 0; i < n / 2; i += 4) {
+        __builtin_prefetch((const char *)(v + i) + PF_AHEAD, 0, 3);
+        s0 = _mm_xor_si128(s0, _mm_load_si128(v + i));
+        s1 = _mm_xor_si128(s1, _mm_load_si128(v + i + 1));
+        s2 = _mm_xor_si128(s2, _mm_load_si128(v + i + 2));
+        s3 = _mm_xor_si128(s3, _mm_load_si128(v + i + 3));
     }
-    double out[2];
-    _mm_storeu_pd(out, _mm_add_pd(_mm_add_pd(s0, s1), _mm_add_pd(s2, s3)));
-    return out[0] + out[1];
+    uint64_t out[2];
+    _mm_storeu_si128((__m128i *)out, _mm_xor_si128(_mm_xor_si128(s0, s1), _mm_xor_si128(s2, s3)));
+    return out[0] ^ out[1];
 #else
-    double s = 0.0;
+    const uint64_t *u = (const uint64_t *)a;
+    uint64_t s = 0;
     for (size_t i = 0; i < n; i++)
-        s += a[i];
+        s ^= u[i];
     return s;
 #endif
 }
@@ -221,8 +226,8 @@ tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_err
         close_team(&tm);
         return tdm_error_set(err, TDM_ERR_OOM, "membw: cannot allocate 3 x %zu bytes", abytes);
     }
-    double sink = 0.0;
-#pragma omp parallel num_threads(nt) reduction(+ : sink)
+    uint64_t sink = 0;
+#pragma omp parallel num_threads(nt) reduction(^ : sink)
     {
         int t = omp_get_thread_num();
         tdm_topology_bind_thread(tm.topo, t, NULL); /* best effort */
@@ -240,7 +245,7 @@ tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_err
 #pragma omp master
                 t0 = omp_get_wtime();
                 if (k == TDM_MEMBW_READ) {
-                    sink += read_slice(a + lo, hi - lo) + read_slice(b + lo, hi - lo) +
+                    sink ^= read_slice(a + lo, hi - lo) ^ read_slice(b + lo, hi - lo) ^
                             read_slice(cc + lo, hi - lo);
                 } else if (k == TDM_MEMBW_COPY) {
                     copy_slice(b + lo, a + lo, hi - lo);
@@ -262,9 +267,67 @@ tdm_status tdm_membw_run(const tdm_membw_opts *o, tdm_membw_result *out, tdm_err
     out->has_matvec = 0;
     for (int k = 0; k < TDM_MEMBW_KIND_COUNT; k++)
         out->kind[k] = stats_of(secs + k * o->repeats, o->repeats, moved[k]);
-    if (sink == 42.0) /* keeps the read loop's result alive */
-        tdm_log(TDM_LOG_DEBUG, "membw: sink %g", sink);
+    if (sink == 42) /* keeps the read loop's result alive */
+        tdm_log(TDM_LOG_DEBUG, "membw: sink %llu", (unsigned long long)sink);
     big_free(a, abytes), big_free(b, abytes), big_free(cc, abytes), free(secs);
+    close_team(&tm);
+    return TDM_OK;
+}
+
+/* ---- an existing region ------------------------------------------------- */
+
+#define REGION_PIECES 64
+
+tdm_status tdm_membw_read_region(const void *base, size_t region_bytes, size_t bytes, int threads, int repeats,
+                                 tdm_membw_stats *out, tdm_error *err)
+{
+    if (!base || (uintptr_t)base % 64)
+        return tdm_error_set(err, TDM_ERR_INVALID, "membw region: base %p is not 64-byte aligned", base);
+    if (repeats < 1)
+        return tdm_error_set(err, TDM_ERR_INVALID, "membw region: repeats = %d, need >= 1", repeats);
+    probe_team tm;
+    tdm_status st = open_team(&tm, threads, err);
+    if (st != TDM_OK)
+        return st;
+    const int nt = tm.nt;
+    if (bytes == 0 || bytes > region_bytes)
+        bytes = region_bytes;
+    /* REGION_PIECES pieces, evenly spaced, each a whole number of 64-byte
+     * lines per thread */
+    const size_t unit = 64 * (size_t)nt, piece = bytes / REGION_PIECES / unit * unit;
+    const size_t gap = region_bytes / REGION_PIECES / 64 * 64;
+    double *secs = piece ? malloc(sizeof(double) * (size_t)repeats) : NULL;
+    if (!secs) {
+        close_team(&tm);
+        return piece ? tdm_error_set(err, TDM_ERR_OOM, "membw region: out of memory")
+                     : tdm_error_set(err, TDM_ERR_INVALID,
+                                     "membw region: %zu of %zu bytes is too little for %d pieces of %d threads",
+                                     bytes, region_bytes, REGION_PIECES, nt);
+    }
+    uint64_t sink = 0;
+#pragma omp parallel num_threads(nt) reduction(^ : sink)
+    {
+        int t = omp_get_thread_num();
+        tdm_topology_bind_thread(tm.topo, t, NULL); /* best effort */
+        size_t lo, hi; /* in doubles of each piece */
+        slice(piece / sizeof(double), t, nt, 8, &lo, &hi);
+        for (int rep = -1; rep < repeats; rep++) {
+            double t0 = 0.0;
+#pragma omp barrier
+#pragma omp master
+            t0 = omp_get_wtime();
+            for (int p = 0; p < REGION_PIECES; p++)
+                sink ^= read_slice((const double *)((const char *)base + (size_t)p * gap) + lo, hi - lo);
+#pragma omp barrier
+#pragma omp master
+            if (rep >= 0)
+                secs[rep] = omp_get_wtime() - t0;
+        }
+    }
+    *out = stats_of(secs, repeats, (double)piece * REGION_PIECES);
+    if (sink == 42) /* keeps the read loop's result alive */
+        tdm_log(TDM_LOG_DEBUG, "membw: sink %llu", (unsigned long long)sink);
+    free(secs);
     close_team(&tm);
     return TDM_OK;
 }

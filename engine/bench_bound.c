@@ -123,13 +123,21 @@ int64_t tdm_bench_token_stages(const tdm_proj_model *m)
     return 5 * (int64_t)m->n_moe_layer + 4 * (int64_t)(m->n_layer - m->n_moe_layer) + 1;
 }
 
-tdm_status tdm_bench_dram_gbps(int threads, size_t bytes, double *gbps, tdm_error *err)
+tdm_status tdm_bench_dram_gbps(int threads, size_t bytes, const void *region, size_t region_bytes, double *gbps,
+                               tdm_error *err)
 {
     tdm_membw_opts o;
     tdm_membw_opts_default(&o);
     o.threads = threads;
     if (bytes)
         o.bytes = bytes;
+    if (region) {
+        tdm_membw_stats s;
+        tdm_status st = tdm_membw_read_region(region, region_bytes, o.bytes, threads, o.repeats, &s, err);
+        if (!st)
+            *gbps = s.median_gbs;
+        return st;
+    }
     tdm_membw_result r;
     tdm_status st = tdm_membw_run(&o, &r, err);
     if (!st)

@@ -48,10 +48,14 @@ tdm_status tdm_bench_stage_us(tdm_gpu *g, int repeats, double *us, tdm_error *er
  * count stays a lower bound on any implementation's chain. */
 int64_t tdm_bench_token_stages(const tdm_proj_model *m);
 
-/* Median read GB/s of the membw probe with `threads` pinned threads over
- * `bytes` (0: the probe's default). TDM_ERR_INVALID when threads exceeds the
- * physical cores (the probe refuses to share a core). */
-tdm_status tdm_bench_dram_gbps(int threads, size_t bytes, double *gbps, tdm_error *err);
+/* Median read GB/s of the membw probe with `threads` pinned threads, `bytes`
+ * per pass (0: the probe's default, 1 GiB): over region (region_bytes of
+ * memory the caller owns, e.g. tdm_model_experts_memory: what the CPU pool
+ * reads; tdm_membw_read_region), or over fresh buffers when region is NULL
+ * (tdm_membw_run). TDM_ERR_INVALID when threads exceeds the physical cores
+ * (the probe refuses to share a core). */
+tdm_status tdm_bench_dram_gbps(int threads, size_t bytes, const void *region, size_t region_bytes, double *gbps,
+                               tdm_error *err);
 
 /* Bytes the GPU reads per decoded token when a share `hit` of the routed
  * expert bytes runs there: attention/DeltaNet, shared experts and head, the

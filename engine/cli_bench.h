@@ -97,6 +97,7 @@ typedef struct bench_ctx {
     double dram_min[MAX_LIST], dram_max[MAX_LIST];
     int dram_n[MAX_LIST];       /* probes at o->threads[i] that read a bandwidth */
     char dram_source[32];       /* "probe", "user", "none" */
+    char probe_memory[32];      /* what the probe read: "expert copy", "fresh buffers" ("": none) */
     double probe_gbps[2 * MAX_RUNS]; /* hybrid: every probe that read, in order */
     int probe_threads[2 * MAX_RUNS];
     int n_probes;

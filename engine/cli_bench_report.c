@@ -119,9 +119,10 @@ void bench_print_hybrid_report(const bench_ctx *c)
     }
     printf("(per decoded token; cpu ms = pool compute, gpu ms = GPU step time, wait ms = GPU waiting for "
            "the pool;\n bound = 1 / max(pool bytes / B_dram, GPU bytes / B_vram), B_vram %.0f GB/s device "
-           "copy, B_dram %s\n (before / after: the probe right before / after the point; B_dram the larger);\n b+lat = DESIGN.md §5 with its latency: 1 / max(pool bytes / B_dram, GPU bytes / "
+           "copy, B_dram %s%s%s\n (before / after: the probe right before / after the point; B_dram the larger);\n b+lat = DESIGN.md §5 with its latency: 1 / max(pool bytes / B_dram, GPU bytes / "
            "B_vram + t_latency),\n t_latency %.3f ms = %lld dependent stages x %.2f us)\n",
-           c->vram_gbps, c->dram_source, c->stage_us * 1e-3 * c->stages, (long long)c->stages, c->stage_us);
+           c->vram_gbps, c->dram_source, c->probe_memory[0] ? " over the " : "", c->probe_memory,
+           c->stage_us * 1e-3 * c->stages, (long long)c->stages, c->stage_us);
     if (c->o->validate)
         bench_print_validation(c);
 }
@@ -243,6 +244,10 @@ static void host_json(cJSON *root, const bench_ctx *c)
         add_num_or_null(x, "max_gbps", c->dram_max[t], c->dram_max[t] > 0);
         cJSON_AddNumberToObject(x, "probes", c->dram_n[t]);
         cJSON_AddStringToObject(x, "source", c->dram_source);
+        if (c->probe_memory[0])
+            cJSON_AddStringToObject(x, "memory", c->probe_memory);
+        else
+            cJSON_AddNullToObject(x, "memory");
         cJSON_AddItemToArray(d, x);
     }
 }

@@ -436,21 +436,28 @@ static tdm_status run_cpu(bench_ctx *c, tdm_model *model, const int32_t *ids, td
 
 /* B_dram from the probe with a point's pool thread count (pinned as the
  * pool pins them; the probe leaves the main thread's binding as it was),
- * taken right before and right after the point: the host's bandwidth moves
- * between points (45-75 GB/s within a minute on the H200 host), so each
- * point gets its own. 0 without a probe or when it fails. */
-static double probe_point(bench_ctx *c, int threads, const char *when, double gib)
+ * taken right before and right after the point, over the memory the pool
+ * reads: the model's expert copy when there is one, else fresh buffers.
+ * On the H200 host fresh 1 GiB buffers read 46-51 or 64-73 GB/s depending
+ * on the pages they got, and which they get changes between points, so
+ * only the pool's own pages say what the pool could read. 0 without a
+ * probe or when it fails. */
+static double probe_point(bench_ctx *c, const tdm_model *model, int threads, const char *when, double gib)
 {
     const bench_opts *o = c->o;
     double gbps = 0;
     tdm_error e = {0};
     if (!o->measure || o->membw > 0)
         return 0;
-    if (tdm_bench_dram_gbps(threads, o->probe_bytes, &gbps, &e)) {
+    size_t rb = 0;
+    const void *region = tdm_model_experts_memory(model, &rb);
+    snprintf(c->probe_memory, sizeof c->probe_memory, "%s", region ? "expert copy" : "fresh buffers");
+    if (tdm_bench_dram_gbps(threads, o->probe_bytes, region, rb, &gbps, &e)) {
         fprintf(stderr, "bench: no B_dram for %d threads: %s\n", threads, e.msg);
         return 0;
     }
-    printf("host read bandwidth, %d pinned threads, %s --gpu-mem %g: %.1f GB/s\n", threads, when, gib, gbps);
+    printf("host read bandwidth, %d pinned threads over the %s, %s --gpu-mem %g: %.1f GB/s\n", threads,
+           c->probe_memory, when, gib, gbps);
     if (c->n_probes < 2 * MAX_RUNS) {
         c->probe_gbps[c->n_probes] = gbps;
         c->probe_threads[c->n_probes++] = threads;
@@ -470,9 +477,9 @@ static tdm_status run_hybrid(bench_ctx *c, tdm_model *model, const int32_t *ids,
                 const bench_run proto = {.threads = o->threads[t], .gpu_mem_gib = o->gpu_mem[v],
                                          .fill = o->fills[f]};
                 const int first = c->n_runs;
-                const double pre = probe_point(c, proto.threads, "before", proto.gpu_mem_gib);
+                const double pre = probe_point(c, model, proto.threads, "before", proto.gpu_mem_gib);
                 const tdm_status st = run_hybrid_point(c, model, ids, proto, err);
-                const double post = probe_point(c, proto.threads, "after", proto.gpu_mem_gib);
+                const double post = probe_point(c, model, proto.threads, "after", proto.gpu_mem_gib);
                 for (int i = first; i < c->n_runs; i++) {
                     c->runs[i].dram_pre = pre;
                     c->runs[i].dram_post = post;

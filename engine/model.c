@@ -504,6 +504,13 @@ tdm_status tdm_model_copy_experts(tdm_model *m, size_t *bytes, tdm_error *err)
 
 bool tdm_model_experts_copied(const tdm_model *m) { return m->experts != NULL; }
 
+const void *tdm_model_experts_memory(const tdm_model *m, size_t *bytes)
+{
+    *bytes = m->experts ? m->experts_bytes - HUGE_PAGE : 0;
+    return m->experts ? (const void *)(((uintptr_t)m->experts + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1))
+                      : NULL;
+}
+
 void tdm_model_free(tdm_model *m)
 {
     if (!m)

@@ -158,6 +158,10 @@ void tdm_model_free(tdm_model *m);
 tdm_status tdm_model_copy_experts(tdm_model *m, size_t *bytes, tdm_error *err);
 /* Whether tdm_model_copy_experts has moved the routed experts to its copy. */
 bool tdm_model_experts_copied(const tdm_model *m);
+/* That copy, read-only, for a caller that measures the memory the CPU pool
+ * reads (tandem bench's probe): its start (2 MiB aligned) and *bytes; NULL
+ * (and *bytes 0) when the experts were not copied. Owned by the model. */
+const void *tdm_model_experts_memory(const tdm_model *m, size_t *bytes);
 
 const tdm_hparams *tdm_model_hparams(const tdm_model *m);
 /* Layer il in 0..n_layer-1. */

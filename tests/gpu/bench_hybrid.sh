@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tandem bench on the hybrid path, demo model, GPU machine: the JSON's bound
 # takes B_dram from the probes right before and right after each grid point
-# (the larger of the two, docs/BENCH.md), --membw replaces them, and the
-# table shows both probes. No speed is asserted.
+# (the larger of the two, docs/BENCH.md), over the model's expert copy (fresh
+# buffers with --expert-memory map), --membw replaces them, and the table
+# shows both probes. No speed is asserted.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
@@ -14,18 +15,20 @@ fail() {
     exit 1
 }
 m=models/demo/demo-Q4_K_M.gguf
-common=(-m "$m" --device cuda --prompt 16 --gen 8 --threads 1 --gpu-mem 0.0625,1 --probe-mib 16)
+common=(-m "$m" --device cuda --prompt 16 --gen 8 --threads 1 --gpu-mem 0.05,1 --probe-mib 16)
 
 "$BUILD/tandem" bench "${common[@]}" --json "$tmp/probe.json" > "$tmp/out" 2> "$tmp/err" ||
     fail "bench with the probe: $(tail -3 "$tmp/err")"
-[ "$(grep -c "pinned threads, before --gpu-mem" "$tmp/out")" -eq 2 ] || fail "a probe before each point"
-[ "$(grep -c "pinned threads, after --gpu-mem" "$tmp/out")" -eq 2 ] || fail "a probe after each point"
+[ "$(grep -c "pinned threads over the expert copy, before --gpu-mem" "$tmp/out")" -eq 2 ] ||
+    fail "a probe of the expert copy before each point"
+[ "$(grep -c "pinned threads over the expert copy, after --gpu-mem" "$tmp/out")" -eq 2 ] ||
+    fail "a probe of the expert copy after each point"
 grep -q "before   after  B_dram" "$tmp/out" || fail "the table shows both probes"
 python3 - "$tmp/probe.json" << 'PY' || fail "probe fields of the hybrid JSON"
 import json, sys
 d = json.load(open(sys.argv[1]))
 runs = d["runs"]
-assert d["engine_path"] == "hybrid" and [r["gpu_mem_gib"] for r in runs] == [0.0625, 1]
+assert d["engine_path"] == "hybrid" and [r["gpu_mem_gib"] for r in runs] == [0.05, 1]
 seen = []
 for r in runs:
     pre, post = r["dram_probe_before_gbps"], r["dram_probe_after_gbps"]
@@ -35,11 +38,23 @@ for r in runs:
     if r["cpu_bytes_per_token"] > 0:  # the host side sets the bound only when the pool reads
         t_cpu = r["cpu_bytes_per_token"] / (r["dram_gbps"] * 1e9)
         assert r["bound_tok_s"] <= 1 / t_cpu * (1 + 1e-9), r
-assert runs[0]["hit_rate"] < 1 and runs[0]["cpu_bytes_per_token"] > 0  # 64 MiB misses
+assert runs[0]["hit_rate"] < 1 and runs[0]["cpu_bytes_per_token"] > 0  # 51 MiB holds about half the experts
 (t,) = d["host"]["dram_by_threads"]
-assert t["threads"] == 1 and t["source"] == "probe" and t["probes"] == 4
+assert t["threads"] == 1 and t["source"] == "probe" and t["probes"] == 4 and t["memory"] == "expert copy"
 assert t["min_gbps"] == min(seen) and t["max_gbps"] == max(seen)
 assert t["min_gbps"] <= t["read_gbps"] <= t["max_gbps"]
+PY
+
+"$BUILD/tandem" bench "${common[@]}" --expert-memory map --json "$tmp/map.json" > "$tmp/out" 2> "$tmp/err" ||
+    fail "bench with --expert-memory map: $(tail -3 "$tmp/err")"
+[ "$(grep -c "pinned threads over the fresh buffers" "$tmp/out")" -eq 4 ] || fail "map: probes of fresh buffers"
+python3 - "$tmp/map.json" << 'PY' || fail "--expert-memory map fields of the hybrid JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+(t,) = d["host"]["dram_by_threads"]
+assert t["memory"] == "fresh buffers" and t["probes"] == 4
+for r in d["runs"]:
+    assert r["dram_gbps"] == max(r["dram_probe_before_gbps"], r["dram_probe_after_gbps"]) > 0, r
 PY
 
 "$BUILD/tandem" bench "${common[@]}" --membw 20 --json "$tmp/user.json" > "$tmp/out" 2> "$tmp/err" ||
@@ -51,6 +66,6 @@ d = json.load(open(sys.argv[1]))
 for r in d["runs"]:
     assert r["dram_gbps"] == 20 and r["dram_probe_before_gbps"] is None and r["dram_probe_after_gbps"] is None, r
 (t,) = d["host"]["dram_by_threads"]
-assert t["read_gbps"] == 20 and t["source"] == "user" and t["probes"] == 0
+assert t["read_gbps"] == 20 and t["source"] == "user" and t["probes"] == 0 and t["memory"] is None
 PY
 echo "bench_hybrid: ok"

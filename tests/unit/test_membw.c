@@ -2,7 +2,6 @@
  * finite, min <= median <= max), the matvec measurement, the JSON file, the
  * caller's CPU binding left as it was, and the error paths. No speed is
  * asserted. */
-#define _GNU_SOURCE
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -152,9 +151,51 @@ static void test_caller_binding_kept(void **state)
         assert_int_equal(tdm_membw_matvec(&mo, &s, &err), TDM_OK);
         assert_int_equal(sched_getaffinity(0, sizeof now, &now), 0);
         assert_true(CPU_EQUAL(&now, want[w]));
+        static _Alignas(64) uint8_t region[1u << 20];
+        assert_int_equal(tdm_membw_read_region(region, sizeof region, 0, 1, 1, &s, &err), TDM_OK);
+        assert_int_equal(sched_getaffinity(0, sizeof now, &now), 0);
+        assert_true(CPU_EQUAL(&now, want[w]));
     }
     assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
     printf("  caller kept its binding (%d CPUs, then CPU %d alone)\n", CPU_COUNT(&all), hi);
+}
+
+/* The probe over memory that holds data: sane numbers, nothing written,
+ * bytes 0 or past the region = all of it, and its refusals. */
+static void test_region(void **state)
+{
+    (void)state;
+    const size_t n = 8u << 20;
+    uint8_t *buf = aligned_alloc(4096, n), *ref = malloc(n);
+    assert_non_null(buf);
+    assert_non_null(ref);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (uint8_t)(i * 2654435761u >> 13); /* any bits, denormal doubles included */
+    memcpy(ref, buf, n);
+    const int nt = tdm_membw_physical_cores() >= 2 ? 2 : 1;
+    const size_t asks[3] = {0, 2u << 20, 2 * n};
+    for (int i = 0; i < 3; i++) {
+        tdm_membw_stats s;
+        tdm_error err;
+        assert_int_equal(tdm_membw_read_region(buf, n, asks[i], nt, 3, &s, &err), TDM_OK);
+        check_stats(&s);
+        printf("  region of %zu MiB, %zu asked, %d thread(s): %.2f GB/s median\n", n >> 20, asks[i], nt,
+               s.median_gbs);
+    }
+    assert_memory_equal(buf, ref, n);
+    tdm_membw_stats s;
+    tdm_error err;
+    assert_int_equal(tdm_membw_read_region(buf + 8, n - 64, 0, 1, 3, &s, &err), TDM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "aligned"));
+    assert_int_equal(tdm_membw_read_region(NULL, n, 0, 1, 3, &s, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_membw_read_region(buf, 64 * 64 - 64, 0, 1, 3, &s, &err), TDM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "too little"));
+    assert_int_equal(tdm_membw_read_region(buf, n, 0, 1, 0, &s, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_membw_read_region(buf, n, 0, tdm_membw_physical_cores() + 1, 3, &s, &err),
+                     TDM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "threads"));
+    free(buf);
+    free(ref);
 }
 
 static void test_errors(void **state)
@@ -191,6 +232,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe_and_json),
         cmocka_unit_test(test_caller_binding_kept),
+        cmocka_unit_test(test_region),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -262,9 +262,16 @@ static void test_copy_experts(void **state)
     }
     tdm_budget_inputs plan0, plan1;
     assert_int_equal(tdm_budget_inputs_for(m, 64, 8, &plan0, &err), TDM_OK);
-    size_t bytes = 0;
+    size_t bytes = 0, mem_bytes = 1;
+    assert_null(tdm_model_experts_memory(m, &mem_bytes));
+    assert_int_equal(mem_bytes, 0);
     assert_int_equal(tdm_model_copy_experts(m, &bytes, &err), TDM_OK);
     assert_int_equal(bytes, want);
+    /* the copy's memory, as the bench's probe reads it: every expert inside it */
+    const uint8_t *mem = tdm_model_experts_memory(m, &mem_bytes);
+    assert_non_null(mem);
+    assert_int_equal((uintptr_t)mem % (2u << 20), 0);
+    assert_true(mem_bytes >= bytes && mem_bytes % (2u << 20) == 0);
     /* the VRAM ledger still tells the experts from the weights it must upload */
     assert_int_equal(tdm_budget_inputs_for(m, 64, 8, &plan1, &err), TDM_OK);
     assert_int_equal(plan1.weight_bytes, plan0.weight_bytes);
@@ -276,6 +283,8 @@ static void test_copy_experts(void **state)
             assert_ptr_not_equal(w[i]->data, orig[il][i]);
             assert_int_equal((uintptr_t)w[i]->data % (2u << 20), 0);
             assert_memory_equal(w[i]->data, orig[il][i], w[i]->mat_bytes * (size_t)w[i]->n_mat);
+            assert_true((const uint8_t *)w[i]->data >= mem &&
+                        (const uint8_t *)w[i]->data + w[i]->mat_bytes * (size_t)w[i]->n_mat <= mem + mem_bytes);
         }
         assert_ptr_equal(L->gate_shexp.data, shexp[il]); /* only the routed experts move */
     }
