@@ -15,20 +15,29 @@ fail() {
     exit 1
 }
 m=models/demo/demo-Q4_K_M.gguf
-common=(-m "$m" --device cuda --prompt 16 --gen 8 --threads 1 --gpu-mem 0.05,1 --probe-mib 16)
+# the small budgets: a point that does not fit is skipped, so one that misses
+# is found whatever the ledger's scratch on this GPU; 1 GiB holds every expert
+budgets=0.015,0.02,0.025,0.03,0.035,0.04,0.045,0.05,1
+common=(-m "$m" --device cuda --prompt 16 --gen 8 --threads 1 --gpu-mem $budgets --probe-mib 16)
 
 "$BUILD/tandem" bench "${common[@]}" --json "$tmp/probe.json" > "$tmp/out" 2> "$tmp/err" ||
     fail "bench with the probe: $(tail -3 "$tmp/err")"
-[ "$(grep -c "pinned threads over the expert copy, before --gpu-mem" "$tmp/out")" -eq 2 ] ||
+[ "$(grep -c "pinned threads over the expert copy, before --gpu-mem" "$tmp/out")" -eq 9 ] ||
     fail "a probe of the expert copy before each point"
-[ "$(grep -c "pinned threads over the expert copy, after --gpu-mem" "$tmp/out")" -eq 2 ] ||
+[ "$(grep -c "pinned threads over the expert copy, after --gpu-mem" "$tmp/out")" -eq 9 ] ||
     fail "a probe of the expert copy after each point"
 grep -q "before   after  B_dram" "$tmp/out" || fail "the table shows both probes"
 python3 - "$tmp/probe.json" << 'PY' || fail "probe fields of the hybrid JSON"
 import json, sys
 d = json.load(open(sys.argv[1]))
 runs = d["runs"]
-assert d["engine_path"] == "hybrid" and [r["gpu_mem_gib"] for r in runs] == [0.05, 1]
+for r in runs:
+    print("gpu-mem", r["gpu_mem_gib"], "hit", r["hit_rate"], "host MB/token", r["cpu_bytes_per_token"] / 1e6,
+          "probes", r["dram_probe_before_gbps"], r["dram_probe_after_gbps"])
+for x in d["skipped"]:
+    print("skipped", x["gpu_mem_gib"], x["error"][:100])
+assert d["engine_path"] == "hybrid" and runs[-1]["gpu_mem_gib"] == 1 and runs[-1]["hit_rate"] == 1
+assert len(runs) + len(d["skipped"]) == 9
 seen = []
 for r in runs:
     pre, post = r["dram_probe_before_gbps"], r["dram_probe_after_gbps"]
@@ -38,21 +47,21 @@ for r in runs:
     if r["cpu_bytes_per_token"] > 0:  # the host side sets the bound only when the pool reads
         t_cpu = r["cpu_bytes_per_token"] / (r["dram_gbps"] * 1e9)
         assert r["bound_tok_s"] <= 1 / t_cpu * (1 + 1e-9), r
-assert runs[0]["hit_rate"] < 1 and runs[0]["cpu_bytes_per_token"] > 0  # 51 MiB holds about half the experts
+assert any(r["hit_rate"] < 1 and r["cpu_bytes_per_token"] > 0 for r in runs), "no point missed"
 (t,) = d["host"]["dram_by_threads"]
-assert t["threads"] == 1 and t["source"] == "probe" and t["probes"] == 4 and t["memory"] == "expert copy"
-assert t["min_gbps"] == min(seen) and t["max_gbps"] == max(seen)
+assert t["threads"] == 1 and t["source"] == "probe" and t["probes"] == 18 and t["memory"] == "expert copy"
+assert t["min_gbps"] <= min(seen) and t["max_gbps"] >= max(seen)  # skipped points' probes count too
 assert t["min_gbps"] <= t["read_gbps"] <= t["max_gbps"]
 PY
 
 "$BUILD/tandem" bench "${common[@]}" --expert-memory map --json "$tmp/map.json" > "$tmp/out" 2> "$tmp/err" ||
     fail "bench with --expert-memory map: $(tail -3 "$tmp/err")"
-[ "$(grep -c "pinned threads over the fresh buffers" "$tmp/out")" -eq 4 ] || fail "map: probes of fresh buffers"
+[ "$(grep -c "pinned threads over the fresh buffers" "$tmp/out")" -eq 18 ] || fail "map: probes of fresh buffers"
 python3 - "$tmp/map.json" << 'PY' || fail "--expert-memory map fields of the hybrid JSON"
 import json, sys
 d = json.load(open(sys.argv[1]))
 (t,) = d["host"]["dram_by_threads"]
-assert t["memory"] == "fresh buffers" and t["probes"] == 4
+assert t["memory"] == "fresh buffers" and t["probes"] == 18
 for r in d["runs"]:
     assert r["dram_gbps"] == max(r["dram_probe_before_gbps"], r["dram_probe_after_gbps"]) > 0, r
 PY
