@@ -436,11 +436,10 @@ static tdm_status run_cpu(bench_ctx *c, tdm_model *model, const int32_t *ids, td
 
 /* B_dram from the probe with a point's pool thread count (pinned as the
  * pool pins them; the probe leaves the main thread's binding as it was),
- * taken right before and right after the point, over the memory the pool
- * reads: the model's expert copy when there is one, else fresh buffers.
- * On the H200 host fresh 1 GiB buffers read 46-51 or 64-73 GB/s depending
- * on the pages they got, and which they get changes between points, so
- * only the pool's own pages say what the pool could read. 0 without a
+ * taken right before and right after the point (the H200 host's bandwidth
+ * switches between ~50 and ~70 GB/s over seconds: one probe per run said
+ * little about a point a minute away), over the memory the pool reads: the
+ * model's expert copy when there is one, else fresh buffers. 0 without a
  * probe or when it fails. */
 static double probe_point(bench_ctx *c, const tdm_model *model, int threads, const char *when, double gib)
 {
