@@ -89,10 +89,10 @@ tdm_status tdm_membw_matvec(const tdm_membw_matvec_opts *o, tdm_membw_stats *out
 /* Read GB/s of `threads` pinned threads (as tdm_membw_run) over memory that
  * already holds data, e.g. the model's expert copy that the CPU pool reads
  * (tandem bench's B_dram): `bytes` of the region per pass (0 or more than
- * region_bytes: all of it) as 64 evenly spaced pieces, so that a region
- * whose pages lie in memories of different speed (a VM's RAM on two host
- * sockets) is read in proportion; each thread streams its share of every
- * piece. One untimed pass, then `repeats` timed ones. Reads only.
+ * region_bytes: all of it) as 64 evenly spaced pieces, so that a pass
+ * samples the whole region rather than its first bytes; each thread
+ * streams its share of every piece. One untimed pass, then `repeats` timed
+ * ones. Reads only.
  * TDM_ERR_INVALID for a base not 64-byte aligned, too few bytes for the
  * pieces, repeats < 1 or too many threads. */
 tdm_status tdm_membw_read_region(const void *base, size_t region_bytes, size_t bytes, int threads, int repeats,

@@ -119,7 +119,8 @@ void bench_print_hybrid_report(const bench_ctx *c)
     }
     printf("(per decoded token; cpu ms = pool compute, gpu ms = GPU step time, wait ms = GPU waiting for "
            "the pool;\n bound = 1 / max(pool bytes / B_dram, GPU bytes / B_vram), B_vram %.0f GB/s device "
-           "copy, B_dram %s%s%s\n (before / after: the probe right before / after the point; B_dram the larger);\n b+lat = DESIGN.md §5 with its latency: 1 / max(pool bytes / B_dram, GPU bytes / "
+           "copy, B_dram %s%s%s\n (before / after: the probe right before / after the point; B_dram the "
+           "larger);\n b+lat = DESIGN.md §5 with its latency: 1 / max(pool bytes / B_dram, GPU bytes / "
            "B_vram + t_latency),\n t_latency %.3f ms = %lld dependent stages x %.2f us)\n",
            c->vram_gbps, c->dram_source, c->probe_memory[0] ? " over the " : "", c->probe_memory,
            c->stage_us * 1e-3 * c->stages, (long long)c->stages, c->stage_us);

@@ -115,7 +115,8 @@ static void test_dram_probe(void **state)
     double gbps = 0;
     assert_int_equal(tdm_bench_dram_gbps(1, 4u << 20, NULL, 0, &gbps, &err), TDM_OK);
     assert_true(isfinite(gbps) && gbps > 0);
-    assert_int_equal(tdm_bench_dram_gbps(tdm_membw_physical_cores() + 1, 4u << 20, NULL, 0, &gbps, &err), TDM_ERR_INVALID);
+    assert_int_equal(tdm_bench_dram_gbps(tdm_membw_physical_cores() + 1, 4u << 20, NULL, 0, &gbps, &err),
+                     TDM_ERR_INVALID);
     assert_non_null(strstr(err.msg, "physical cores"));
     /* over memory the caller owns (the bench passes the model's expert copy) */
     static _Alignas(64) uint8_t region[4u << 20];

@@ -1,7 +1,7 @@
 /* test_membw: the bandwidth probe at a small size: sane numbers (positive,
- * finite, min <= median <= max), the matvec measurement, the JSON file, the
- * caller's CPU binding left as it was, and the error paths. No speed is
- * asserted. */
+ * finite, min <= median <= max), the matvec measurement, the probe of an
+ * existing region (nothing written), the JSON file, the caller's CPU binding
+ * left as it was, and the error paths. No speed is asserted. */
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
