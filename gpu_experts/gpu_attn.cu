@@ -312,6 +312,204 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
         *cnt = 0; /* ready for the next launch */
 }
 
+/* Splits x into fp16 hi + lo (|x - hi - lo| <= 2^-22 |x| for x in fp16's
+ * normal range): with K, V and products exact in fp16 x fp16 -> fp32, two
+ * tensor-core products keep the float32 kernel's accuracy. */
+__device__ __forceinline__ void fa_split(float x, __half *hi, __half *lo)
+{
+    *hi = __float2half_rn(x);
+    *lo = __float2half_rn(x - __half2float(*hi));
+}
+
+__device__ __forceinline__ uint32_t fa_pack(__half a, __half b)
+{
+    const __half2 h = __halves2half2(a, b);
+    return *(const uint32_t *)&h;
+}
+
+/* p (in [0, 1]) times 2^14 before its split, so that weights down to ~2^-38
+ * keep their relative precision in fp16; the output divides it out. */
+#define FA_PSCALE 16384.0f
+
+/* Block = (FA_BR query tokens, query head). The queries, scaled and split
+ * into fp16 hi and lo, sit in shared memory; each step stages FA_BC keys'
+ * K and V rows (zeros past the block's last key). Warp w owns query rows
+ * 16w..16w+15: S = (q_hi + q_lo) K^T on the tensor cores, the causal mask
+ * (key j > pos[t]: -inf), an online softmax in float32 per row (the lanes of
+ * a quad hold one row's keys), then O += (p_hi + p_lo) V with p scaled by
+ * FA_PSCALE. A query past ntok or whose position is outside the cache sees
+ * no key and writes zeros (the query past ntok writes nothing). Needs
+ * head_dim = D (a multiple of 16), 16-byte aligned q, K and V rows. */
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS)
+    attention_prefill_kernel(const float *__restrict__ q, const __half *__restrict__ kc,
+                             const __half *__restrict__ vc, const float *__restrict__ gate, float *o, int n_head,
+                             int group, int64_t n_ctx, int ntok, const int32_t *__restrict__ pos, float scale)
+{
+    static_assert(D % 16 == 0, "whole 16-wide tensor-core steps");
+    constexpr int LD = D + 8; /* halves per shared row: an ldmatrix's 8 rows on distinct banks */
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    __half *qh = (__half *)fa_smem, *ql = qh + FA_BR * LD, *ks = ql + FA_BR * LD, *vs = ks + FA_BC * LD;
+    __shared__ int s_pos[FA_BR], s_keys;
+    const int h = blockIdx.y, t0 = blockIdx.x * FA_BR, tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const __half *kh = kc + (int64_t)(h / group) * n_ctx * D, *vh = vc + (int64_t)(h / group) * n_ctx * D;
+    if (tid == 0)
+        s_keys = 0;
+    tdm_pdl_enter();
+    __syncthreads();
+    if (tid < FA_BR) { /* -1: the row sees no key */
+        const int t = t0 + tid;
+        const int64_t p = t < ntok ? pos[t] : -1;
+        s_pos[tid] = pos_in_cache(p, n_ctx) ? (int)p : -1;
+        atomicMax(&s_keys, s_pos[tid] + 1);
+    }
+    for (int i = tid; i < FA_BR * D / 4; i += FA_THREADS) {
+        const int r = i / (D / 4), c = 4 * (i % (D / 4)), t = t0 + r;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t < ntok)
+            v = *(const float4 *)(q + ((int64_t)t * n_head + h) * D + c);
+        __half hi[4], lo[4];
+        fa_split(v.x * scale, &hi[0], &lo[0]);
+        fa_split(v.y * scale, &hi[1], &lo[1]);
+        fa_split(v.z * scale, &hi[2], &lo[2]);
+        fa_split(v.w * scale, &hi[3], &lo[3]);
+        *(uint2 *)(qh + r * LD + c) = make_uint2(fa_pack(hi[0], hi[1]), fa_pack(hi[2], hi[3]));
+        *(uint2 *)(ql + r * LD + c) = make_uint2(fa_pack(lo[0], lo[1]), fa_pack(lo[2], lo[3]));
+    }
+    __syncthreads();
+    const int keys = s_keys, pr[2] = {s_pos[16 * warp + g], s_pos[16 * warp + g + 8]};
+    int wlast = max(pr[0], pr[1]); /* the warp's last key */
+    wlast = max(wlast, __shfl_xor_sync(0xffffffffu, wlast, 4));
+    wlast = max(wlast, __shfl_xor_sync(0xffffffffu, wlast, 8));
+    wlast = max(wlast, __shfl_xor_sync(0xffffffffu, wlast, 16));
+    float acc[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    for (int j0 = 0; j0 < keys; j0 += FA_BC) {
+        __syncthreads(); /* the step before has read ks and vs */
+        for (int i = tid; i < FA_BC * D / 8; i += FA_THREADS) {
+            const int r = i / (D / 8), c = 8 * (i % (D / 8));
+            const int64_t j = j0 + r;
+            uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv; /* zeros: 0 x a NaN would poison O */
+            if (j < keys) {
+                kv = *(const uint4 *)(kh + j * D + c);
+                vv = *(const uint4 *)(vh + j * D + c);
+            }
+            *(uint4 *)(ks + r * LD + c) = kv;
+            *(uint4 *)(vs + r * LD + c) = vv;
+        }
+        __syncthreads();
+        if (j0 > wlast)
+            continue; /* every key of the step is masked for this warp (uniform) */
+        /* s[n][c]: row g (c < 2) or g + 8, key j0 + 8 n + 2 t4 + (c & 1) */
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int d = 0; d < D; d += 16) {
+            uint32_t ah[4], al[4], kb[4];
+            const int qo = (16 * warp + (lane & 15)) * LD + d + 8 * (lane >> 4);
+            tdm_ldsm_x4<false>(ah, qh + qo);
+            tdm_ldsm_x4<false>(al, ql + qo);
+            tdm_ldsm_x4<false>(kb, ks + (8 * (lane >> 4) + (lane & 7)) * LD + d + 8 * ((lane >> 3) & 1));
+            tdm_mma_f16(s[0], ah[0], ah[1], ah[2], ah[3], kb[0], kb[1]);
+            tdm_mma_f16(s[0], al[0], al[1], al[2], al[3], kb[0], kb[1]);
+            tdm_mma_f16(s[1], ah[0], ah[1], ah[2], ah[3], kb[2], kb[3]);
+            tdm_mma_f16(s[1], al[0], al[1], al[2], al[3], kb[2], kb[3]);
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                if (j0 + 8 * n + 2 * t4 + (c & 1) > pr[c >> 1])
+                    s[n][c] = -INFINITY;
+                mx[c >> 1] = fmaxf(mx[c >> 1], s[n][c]);
+            }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float mn = fmaxf(m[r], mx[r]);
+            corr[r] = mn == -INFINITY ? 1.0f : expf(m[r] - mn);
+            m[r] = mn;
+            l[r] *= corr[r];
+        }
+        __half ph[2][4], pl[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const float p = s[n][c] == -INFINITY ? 0.0f : expf(s[n][c] - m[c >> 1]);
+                l[c >> 1] += p;
+                fa_split(p * FA_PSCALE, &ph[n][c], &pl[n][c]);
+            }
+        /* P as the A operand of 16 keys: a0 row g keys 2t.., a1 row g + 8,
+         * a2 and a3 the keys 8 further (s's layout, two n-tiles) */
+        const uint32_t pa[4] = {fa_pack(ph[0][0], ph[0][1]), fa_pack(ph[0][2], ph[0][3]), fa_pack(ph[1][0], ph[1][1]),
+                                fa_pack(ph[1][2], ph[1][3])};
+        const uint32_t pb[4] = {fa_pack(pl[0][0], pl[0][1]), fa_pack(pl[0][2], pl[0][3]), fa_pack(pl[1][0], pl[1][1]),
+                                fa_pack(pl[1][2], pl[1][3])};
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+            uint32_t vb[4];
+            acc[n][0] *= corr[0], acc[n][1] *= corr[0], acc[n][2] *= corr[1], acc[n][3] *= corr[1];
+            acc[n + 1][0] *= corr[0], acc[n + 1][1] *= corr[0], acc[n + 1][2] *= corr[1], acc[n + 1][3] *= corr[1];
+            tdm_ldsm_x4<true>(vb, vs + (8 * ((lane >> 3) & 1) + (lane & 7)) * LD + 8 * n + 8 * (lane >> 4));
+            tdm_mma_f16(acc[n], pa[0], pa[1], pa[2], pa[3], vb[0], vb[1]);
+            tdm_mma_f16(acc[n], pb[0], pb[1], pb[2], pb[3], vb[0], vb[1]);
+            tdm_mma_f16(acc[n + 1], pa[0], pa[1], pa[2], pa[3], vb[2], vb[3]);
+            tdm_mma_f16(acc[n + 1], pb[0], pb[1], pb[2], pb[3], vb[2], vb[3]);
+        }
+    }
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        inv[r] = l[r] > 0.0f ? 1.0f / (FA_PSCALE * l[r]) : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int t = t0 + 16 * warp + g + 8 * r;
+        if (t >= ntok)
+            continue;
+        const int64_t row = ((int64_t)t * n_head + h) * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            const int i = 8 * n + 2 * t4;
+            float2 v = make_float2(acc[n][2 * r] * inv[r], acc[n][2 * r + 1] * inv[r]);
+            if (gate) {
+                v.x *= tdm_sigmoid(gate[row + i]);
+                v.y *= tdm_sigmoid(gate[row + i + 1]);
+            }
+            *(float2 *)(o + row + i) = v;
+        }
+    }
+}
+
+/* Shared memory of attention_prefill_kernel<D>: q hi and lo, K and V. */
+static constexpr size_t fa_smem_bytes(int d) { return (size_t)(2 * FA_BR + 2 * FA_BC) * (d + 8) * sizeof(__half); }
+
+/* The head dims with a tensor-core prompt kernel. */
+static const struct {
+    int d;
+    void (*kernel)(const float *, const __half *, const __half *, const float *, float *, int, int, int64_t, int,
+                   const int32_t *, float);
+} fa_kernels[] = {{64, attention_prefill_kernel<64>},
+                  {128, attention_prefill_kernel<128>},
+                  {256, attention_prefill_kernel<256>}};
+
+tdm_status tdm_gpu_attention_init(const tdm_gpu *g, tdm_error *err)
+{
+    for (const auto &k : fa_kernels)
+        if (fa_smem_bytes(k.d) <= (size_t)g->smem_optin)
+            TDM_CU(err, cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)fa_smem_bytes(k.d)));
+    return TDM_OK;
+}
+
 /* Splits of the keys for ntok queries: about two blocks per SM, at least
  * ATTN_MIN_KEYS keys of the cache per split; 1 past ATTN_SPLIT_MAX_TOK. */
 static int attn_splits(int sm_count, int64_t n_head, int64_t ntok, int64_t n_ctx)
@@ -358,6 +556,20 @@ extern "C" tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16
     TDM_REQUIRE(err, ntok > 0 && ntok <= 65535 && n_head <= INT32_MAX,
                 "gpu attention: ntok=%lld outside 1..65535", (long long)ntok);
     TDM_REQUIRE(err, n_ctx > 0, "gpu attention: n_ctx=%lld", (long long)n_ctx);
+    int group = (int)(n_head / n_kv), hd = (int)head_dim;
+    const __half *k16 = (const __half *)kc, *v16 = (const __half *)vc;
+    cudaError_t e;
+    const bool rows16 = ((uintptr_t)kc | (uintptr_t)vc) % 16 == 0;
+    /* prompts: the tensor-core kernel where the head dim has one, the rows
+     * are aligned and the device gives it the shared memory */
+    if (ntok >= FA_MIN_TOK && rows16 && (uintptr_t)q % 16 == 0)
+        for (const auto &k : fa_kernels)
+            if (k.d == hd && fa_smem_bytes(k.d) <= (size_t)g->smem_optin) {
+                TDM_CU(err, tdm_launch(g, k.kernel, dim3(tdm_cdiv(ntok, FA_BR), (unsigned)n_head), FA_THREADS,
+                                       fa_smem_bytes(k.d), q, k16, v16, gate, o, (int)n_head, group, n_ctx, (int)ntok,
+                                       pos, scale));
+                return TDM_OK;
+            }
     int splits = scratch ? attn_splits(g->sm_count, n_head, ntok, n_ctx) : 1;
     if ((size_t)ntok * n_head * splits * (head_dim + 2) * sizeof(float) + attn_count_bytes(n_head) >
         scratch_bytes)
@@ -365,12 +577,8 @@ extern "C" tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16
     unsigned *count = (unsigned *)scratch;
     float *part = splits > 1 ? (float *)((char *)scratch + attn_count_bytes(n_head)) : NULL;
     dim3 grid((unsigned)n_head, (unsigned)ntok, (unsigned)splits);
-    int group = (int)(n_head / n_kv), hd = (int)head_dim;
-    const __half *k16 = (const __half *)kc, *v16 = (const __half *)vc;
-    cudaError_t e;
     /* a lane's channels consecutive (vector loads) when they fill whole,
      * aligned rows: +1.8% decode on the H200 at head_dim 256 (docs/GPU.md) */
-    const bool rows16 = ((uintptr_t)kc | (uintptr_t)vc) % 16 == 0;
 #define ATTN_LAUNCH(D)                                                                                        \
     e = tdm_launch(g, rows16 && hd == 32 * (D) ? attention_kernel<D, true> : attention_kernel<D, false>, grid, \
                    ATTN_WARPS * 32, 0, q, k16, v16, gate, o, (int)n_head, group, hd, n_ctx, pos, scale, part, count)

@@ -14,5 +14,12 @@
 #define ATTN_SPLIT_MAX_TOK 8 /* decode batches split the keys; longer ones fill the GPU anyway */
 #define ATTN_MAX_SPLITS 32
 #define ATTN_MIN_KEYS 16     /* cache rows per split at least */
+/* Prompt attention on the tensor cores (attention_prefill_kernel): a block
+ * of FA_BR query tokens of one head, four warps of 16 rows, walks the keys
+ * FA_BC at a time through shared memory. */
+#define FA_BR 64
+#define FA_BC 16
+#define FA_THREADS 128
+#define FA_MIN_TOK 16 /* fewer query tokens take attention_kernel */
 
 #endif

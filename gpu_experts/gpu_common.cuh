@@ -36,6 +36,7 @@ struct tdm_gpu {
     int sm_count;
     int64_t l2_bytes; /* the L2 cache: bounds the products' prefetch ahead of their wait */
     bool pdl_capable; /* compute capability 9.0 or later: programmatic dependent launch */
+    int smem_optin;   /* shared memory a block may ask for (bytes) */
     tdm_gpu_tuning tune;
     tdm_gpu_buf *bufs; /* every allocation made through this context */
     size_t n_bufs, cap_bufs;
@@ -44,6 +45,9 @@ struct tdm_gpu {
 /* Per-context set-up of the prompt MoE kernels (gpu_moe_prefill.cu), called
  * by tdm_gpu_create. */
 tdm_status tdm_gpu_moe_prefill_init(tdm_error *err);
+/* ... and of the prompt attention kernels (gpu_attn.cu): lets each take the
+ * shared memory it needs where the device has it. */
+tdm_status tdm_gpu_attention_init(const tdm_gpu *g, tdm_error *err);
 
 /* Turns a CUDA error into TDM_ERR_CUDA naming the call and its site. */
 tdm_status tdm_gpu_cuda_fail(tdm_error *err, cudaError_t e, const char *call, const char *file,
@@ -87,6 +91,51 @@ __device__ __forceinline__ void tdm_pdl_enter(void)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* d += A (16 x 16) * B (16 x 8) on the tensor cores, fp16 in, float32
+ * accumulated, in the PTX fragment layout (g = lane / 4, t = lane % 4): a0
+ * row g, k 2t and 2t + 1; a1 row g + 8, the same k; a2 and a3 the same rows
+ * at k + 8; b0 k 2t and 2t + 1 of column g, b1 the same at k + 8; d[0..1] row
+ * g, columns 2t and 2t + 1, d[2..3] row g + 8. sm_75 runs it as two m16n8k8
+ * halves (k 0-7, then 8-15). */
+__device__ __forceinline__ void tdm_mma_f16(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#elif defined(__CUDA_ARCH__)
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a2), "r"(a3), "r"(b1));
+#endif
+}
+
+/* Four 8 x 8 fp16 matrices from shared memory (ldmatrix; sm_75 and later):
+ * lane l gives the address of row l % 8 of matrix l / 8 (16-byte aligned);
+ * r[i] is matrix i's pair (row g, columns 2t and 2t + 1), or with TRANS
+ * (rows 2t and 2t + 1, column g). */
+template <bool TRANS> __device__ __forceinline__ void tdm_ldsm_x4(uint32_t r[4], const void *row)
+{
+#if defined(__CUDA_ARCH__)
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
 #endif
 }
 

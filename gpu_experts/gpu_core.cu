@@ -100,6 +100,9 @@ static tdm_status create(tdm_gpu *g, int device, tdm_error *err)
     int major = 0;
     TDM_CU(err, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     g->pdl_capable = major >= 9;
+    int optin = 0;
+    TDM_CU(err, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    g->smem_optin = optin;
     TDM_CU(err, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
     TDM_CU(err, cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking));
     TDM_CU(err, cudaStreamCreateWithFlags(&g->side_stream, cudaStreamNonBlocking));
@@ -115,6 +118,7 @@ static tdm_status create(tdm_gpu *g, int device, tdm_error *err)
         TDM_CU(err, cudaEventCreateWithFlags(&g->fences[i], cudaEventDisableTiming));
     TDM_BLAS(err, cublasCreate(&g->blas));
     TDM_BLAS(err, cublasSetStream(g->blas, g->stream));
+    TDM_TRY(tdm_gpu_attention_init(g, err));
     return tdm_gpu_moe_prefill_init(err);
 }
 

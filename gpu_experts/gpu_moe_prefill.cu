@@ -335,22 +335,7 @@ __device__ __forceinline__ void pf_mma(const uint2 a[2], uint2 b, float d[4], bo
 {
     if (!acc)
         d[0] = d[1] = d[2] = d[3] = 0.0f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0].x), "r"(a[1].x), "r"(a[0].y), "r"(a[1].y), "r"(b.x), "r"(b.y));
-#elif defined(__CUDA_ARCH__)
-    /* sm_75: two m16n8k8 halves (slots 4t, 4t+1 then 4t+2, 4t+3) */
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0].x), "r"(a[1].x), "r"(b.x));
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0].y), "r"(a[1].y), "r"(b.y));
-#endif
+    tdm_mma_f16(d, a[0].x, a[1].x, a[0].y, a[1].y, b.x, b.y);
 }
 
 /* Dynamic shared memory of a pf_gemm_kernel<GU, I8A> block. */

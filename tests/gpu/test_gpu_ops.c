@@ -367,11 +367,19 @@ static void test_attention(void **state)
     run_attention(2, 1, 512, 20, 0, 2, false, false);
     run_attention(4, 2, 64, 16, 10, 4, true, true);       /* last position past the cache */
     run_attention(4, 2, 64, 16, 0, 1, false, true);       /* decode past the cache */
+    /* prompts of FA_MIN_TOK (16) tokens or more at head dims 64, 128, 256
+     * take the tensor-core kernel (the 37-token one above too): blocks of 64
+     * queries, the last one partial, keys in steps of 16 */
+    run_attention(16, 2, 256, 200, 0, 130, true, false);  /* Qwen3.5 gated prompt */
+    run_attention(16, 2, 256, 300, 70, 75, true, false);  /* a prompt continuing a cache */
+    run_attention(8, 2, 64, 100, 0, 33, false, true);     /* the last query past the cache */
+    run_attention(4, 4, 128, 40, 23, 16, false, false);   /* MHA, exactly FA_MIN_TOK */
     /* the head dims that take vector loads (64, 128, 256, 512 above), with
      * caches not 16-byte aligned: the strided lanes */
     run_attention_at(16, 2, 256, 1100, 1023, 1, true, false, 1);
     run_attention_at(8, 1, 128, 700, 600, 7, false, false, 1);
     run_attention_at(4, 2, 64, 16, 10, 4, true, true, 1);
+    run_attention_at(16, 2, 256, 64, 5, 20, true, false, 1); /* a prompt on unaligned rows */
 }
 
 /* ---------------- DeltaNet ---------------- */
