@@ -294,7 +294,12 @@ tdm_status tdm_gpu_attn_prep(tdm_gpu *g, const tdm_gpu_attn_in *in, const int32_
  * these heads and cache, zeroed once by the caller and kept for every call
  * (the kernel leaves it zeroed): batches of up to 8 queries then split the
  * keys over several blocks per head (a decode step would use a handful of
- * SMs otherwise). Calls sharing one scratch must run in stream order. */
+ * SMs otherwise). Calls sharing one scratch must run in stream order.
+ * Batches of 16 or more queries at head_dim 64, 128 or 256 (16-byte aligned
+ * q and cache rows, where the device grants the kernel's shared memory) run
+ * on the tensor cores with q and the softmax weights split into fp16 hi + lo
+ * (float32 accuracy; q x scale must stay within fp16's range, as normed
+ * queries do). */
 size_t tdm_gpu_attention_scratch_bytes(const tdm_gpu *g, int64_t n_head, int64_t head_dim,
                                        int64_t n_ctx);
 tdm_status tdm_gpu_attention(tdm_gpu *g, const float *q, const uint16_t *kc, const uint16_t *vc,

@@ -324,7 +324,9 @@ __device__ __forceinline__ void fa_split(float x, __half *hi, __half *lo)
 __device__ __forceinline__ uint32_t fa_pack(__half a, __half b)
 {
     const __half2 h = __halves2half2(a, b);
-    return *(const uint32_t *)&h;
+    uint32_t u;
+    memcpy(&u, &h, sizeof u);
+    return u;
 }
 
 /* p (in [0, 1]) times 2^14 before its split, so that weights down to ~2^-38
